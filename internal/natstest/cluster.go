@@ -1,0 +1,167 @@
+package natstest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/natsd"
+)
+
+// Cluster is a set of embedded servers routed into one JetStream cluster.
+type Cluster struct {
+	t     testing.TB
+	mu    sync.Mutex
+	cfgs  []natsd.Config
+	nodes []*natsd.Server // nil for a stopped node
+}
+
+// RunCluster starts n servers on random loopback ports, routed into one
+// cluster, and returns once JetStream has a meta leader that every node
+// follows. The cluster is stopped when the test ends.
+func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natstest: a cluster needs at least one node, got %d", n)
+	}
+	c := &Cluster{t: t, cfgs: make([]natsd.Config, n), nodes: make([]*natsd.Server, n)}
+	t.Cleanup(c.shutdownAll)
+	name := "jl-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
+	// JetStream clustering needs every member's routes at start, so the
+	// route ports are chosen first. Each node routes to all, itself included
+	// (the server ignores a route to itself).
+	ports := freePorts(t, n)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	for i := range n {
+		cfg := natsd.Config{
+			Dir:     t.TempDir(),
+			Name:    fmt.Sprintf("n%d", i+1),
+			Cluster: natsd.ClusterConfig{Name: name, Port: ports[i], Routes: routes},
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		s, err := natsd.Start(cfg)
+		if err != nil {
+			t.Fatalf("natstest: start cluster node %d: %v", i+1, err)
+		}
+		// Pin the client port the node got, so a restart comes back on it.
+		cfg.Port = s.Server().Addr().(*net.TCPAddr).Port
+		c.cfgs[i], c.nodes[i] = cfg, s
+	}
+	c.WaitReady()
+	return c
+}
+
+// Nodes returns the running servers; a stopped node's slot is nil.
+func (c *Cluster) Nodes() []*natsd.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*natsd.Server(nil), c.nodes...)
+}
+
+// URLs is a comma-separated list of the running nodes' client URLs, as
+// nats.Connect takes it.
+func (c *Cluster) URLs() string {
+	var urls []string
+	for _, s := range c.Nodes() {
+		if s != nil {
+			urls = append(urls, s.ClientURL())
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// Leader returns the index of the node that is JetStream meta leader, or -1.
+func (c *Cluster) Leader() int {
+	for i, s := range c.Nodes() {
+		if s != nil && s.Server().JetStreamIsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitReady waits until a meta leader exists and every running node is
+// current with it.
+func (c *Cluster) WaitReady() {
+	c.t.Helper()
+	WaitFor(c.t, readyTimeout, func() error {
+		if c.Leader() < 0 {
+			return errors.New("no JetStream meta leader yet")
+		}
+		for i, s := range c.Nodes() {
+			if s != nil && !s.JetStreamReady() {
+				return fmt.Errorf("node %d is not current with the meta leader", i+1)
+			}
+		}
+		return nil
+	})
+}
+
+// Stop shuts node i down, as a crash of that node would look to clients.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		shutdown(c.t, s)
+	}
+}
+
+// Restart starts a stopped node i again on its store and ports.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	s, err := natsd.Start(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("natstest: restart node %d: %v", i+1, err)
+	}
+	c.mu.Lock()
+	c.nodes[i] = s
+	c.mu.Unlock()
+}
+
+// Connect opens a client connection to every running node.
+func (c *Cluster) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	return nats.Connect(c.URLs(), opts...)
+}
+
+func (c *Cluster) shutdownAll() {
+	var wg sync.WaitGroup
+	for i := range c.Nodes() {
+		wg.Go(func() { c.Stop(i) })
+	}
+	wg.Wait()
+}
+
+// freePorts finds n free loopback ports. Another process could take one
+// before the server binds it; the server then fails to start loudly.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("natstest: find a free port: %v", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
