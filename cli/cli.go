@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one verb of the command line.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *Env, args []string) error
+}
+
+// Env is what a command runs with: its output streams and logger.
+type Env struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	Log    *slog.Logger
+	// Getenv reads the environment; tests replace it.
+	Getenv func(string) string
+}
+
+// errUsage marks a command line that could not be parsed; the message has
+// been printed already.
+var errUsage = errors.New("usage")
+
+func commands() []command {
+	return []command{
+		{name: "dev", summary: "run an embedded NATS server and every component", run: runDev},
+		{name: "ingest", summary: "run the HTTP ingest against a NATS server", run: runIngest},
+		{name: "worker", summary: "run a worker against a NATS server", run: runWorker},
+		{name: "cron", summary: "run the schedule reconciler against a NATS server", run: runCron},
+		{name: "version", summary: "print the version", run: runVersion},
+	}
+}
+
+// Version is set at build time with -ldflags "-X github.com/jetloop/jetloop/cli.Version=…".
+var Version = "dev"
+
+// Main runs the command line args (without the program name) and returns
+// the process exit code: 0 on success, 1 on failure, 2 on a usage error.
+// Errors are one line on stderr naming what failed and why.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := &Env{
+		Stdout: stdout,
+		Stderr: stderr,
+		Log:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()})),
+		Getenv: os.Getenv,
+	}
+	return MainEnv(ctx, env, args)
+}
+
+// MainEnv is Main with a given environment.
+func MainEnv(ctx context.Context, env *Env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(env.Stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, env, args[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		default:
+			fmt.Fprintf(env.Stderr, "jetloop %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(env.Stderr, "jetloop: unknown command %q\n\n", args[0])
+	usage(env.Stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	cs := commands()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	var b strings.Builder
+	b.WriteString("jetloop: a runtime for event-driven AI agents on NATS JetStream\n\nUsage: jetloop COMMAND [flags]\n\nCommands:\n")
+	for _, c := range cs {
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nRun 'jetloop COMMAND -h' for a command's flags.\n")
+	io.WriteString(w, b.String())
+}
+
+// newFlags returns a flag set for a command that prints its usage to env's
+// stderr and returns errors instead of exiting.
+func newFlags(env *Env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("jetloop "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(env.Stderr, "Usage: jetloop %s %s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, mapping a parse failure to errUsage.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("JETLOOP_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+func runVersion(_ context.Context, env *Env, args []string) error {
+	fs := newFlags(env, "version", "")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout, "jetloop", Version)
+	return nil
+}

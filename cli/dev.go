@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/health"
+	"github.com/jetloop/jetloop/natsd"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// devConfig is the command line of `jetloop dev`.
+type devConfig struct {
+	data     string
+	http     string
+	natsPort int
+	workers  int
+	sync     string
+	prefix   string
+}
+
+func runDev(ctx context.Context, env *Env, args []string) error {
+	var cfg devConfig
+	fs := newFlags(env, "dev", "[flags]")
+	fs.StringVar(&cfg.data, "data", ".jetloop", "folder for the embedded server's store and state")
+	fs.StringVar(&cfg.http, "http", "127.0.0.1:8080", "HTTP listen address (port 0 picks a free port)")
+	fs.IntVar(&cfg.natsPort, "nats-port", 4222, "NATS client port on 127.0.0.1 (0 picks a free port)")
+	fs.IntVar(&cfg.workers, "workers", 1, "workers to run in this process (0: none; run them apart with 'jetloop worker')")
+	fs.StringVar(&cfg.sync, "sync", natsd.SyncAlways, "JetStream sync_interval: always (fsync every write) or a duration such as 2m")
+	fs.StringVar(&cfg.prefix, "prefix", streams.DefaultPrefix, "subject prefix of this deployment")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.Stderr, "jetloop dev: unexpected argument %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if cfg.workers < 0 {
+		return fmt.Errorf("--workers %d: want 0 or more", cfg.workers)
+	}
+	return dev(ctx, env, cfg)
+}
+
+func dev(ctx context.Context, env *Env, cfg devConfig) error {
+	log := env.Log
+	names, err := streams.NewNames(cfg.prefix)
+	if err != nil {
+		return err
+	}
+	data, err := filepath.Abs(cfg.data)
+	if err != nil {
+		return fmt.Errorf("--data %s: %w", cfg.data, err)
+	}
+	// Bind HTTP first: a taken port fails before the server starts.
+	l, err := net.Listen("tcp", cfg.http)
+	if err != nil {
+		return fmt.Errorf("listen on --http %s: %w", cfg.http, err)
+	}
+	defer l.Close()
+
+	srv, err := natsd.Start(natsd.Config{
+		Dir:  data,
+		Name: "jetloop-dev",
+		Port: cfg.natsPort,
+		Sync: cfg.sync,
+		Logf: func(level, msg string) {
+			if level == "error" || level == "warn" {
+				log.Warn(msg, "component", "nats-server")
+			}
+		},
+	})
+	if err != nil {
+		if errors.Is(err, natsd.ErrLocked) {
+			return fmt.Errorf("another jetloop is running on --data %s: %w", data, err)
+		}
+		return fmt.Errorf("start embedded NATS on --data %s: %w", data, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Error("shut down embedded NATS", "err", err)
+		}
+	}()
+
+	nc, err := connect(srv.ClientURL(), "jetloop dev", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	checks := &health.Checker{}
+	checks.Add("nats", health.NATS(nc))
+	provisioned := errors.New("streams not provisioned yet")
+	checks.Add("streams", func() error { return provisioned })
+	if err := provision(ctx, js, streams.Options{Names: names, Replicas: 1}, log); err != nil {
+		return err
+	}
+	provisioned = nil
+
+	rt := &Runtime{NC: nc, JS: js, Names: names, Log: log, Health: checks, Mux: baseMux(checks), Getenv: env.Getenv}
+	parts, err := devComponents(ctx, rt, cfg)
+	if err != nil {
+		return err
+	}
+	httpURL := "http://" + l.Addr().String()
+	parts = append(parts, Component{Name: "http", Run: func(ctx context.Context) error {
+		return serveHTTP(ctx, l, rt.Mux, log)
+	}})
+
+	checks.SetReady(true)
+	fmt.Fprintf(env.Stdout, "jetloop ready nats=%s http=%s data=%s workers=%d\n", srv.ClientURL(), httpURL, data, cfg.workers)
+	log.Info("jetloop dev running", "nats", srv.ClientURL(), "http", httpURL, "data", data, "pid", os.Getpid())
+
+	err = runComponents(ctx, log, parts)
+	checks.SetReady(false)
+	log.Info("jetloop dev stopping")
+	// Let in-flight acknowledgements reach the server before it stops.
+	if derr := drain(nc, shutdownGrace); derr != nil {
+		log.Warn("drain NATS connection", "err", derr)
+	}
+	return err
+}
+
+// devComponents are the parts `jetloop dev` runs beside the server: the
+// ingest on the shared HTTP mux, the workers and the schedule reconciler.
+func devComponents(ctx context.Context, rt *Runtime, cfg devConfig) ([]Component, error) {
+	var parts []Component
+	ing, err := ingestComponents(ctx, rt)
+	if err != nil {
+		return nil, err
+	}
+	parts = append(parts, ing...)
+	for i := range cfg.workers {
+		w, err := workerComponent(ctx, rt, "dev-"+strconv.Itoa(i+1))
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, w)
+	}
+	c, err := cronComponent(ctx, rt)
+	if err != nil {
+		return nil, err
+	}
+	return append(parts, c), nil
+}
+
+// drain drains nc, waiting at most timeout for it to close.
+func drain(nc *nats.Conn, timeout time.Duration) error {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("connection still draining after %s", timeout)
+	}
+}

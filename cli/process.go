@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/health"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// shutdownGrace bounds how long a process waits for its parts to stop.
+const shutdownGrace = 5 * time.Second
+
+// Runtime is what the components of one process share: the NATS connection,
+// the deployment's names, the logger, health checks and the HTTP mux.
+type Runtime struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Names  streams.Names
+	Log    *slog.Logger
+	Health *health.Checker
+	Mux    *http.ServeMux
+	Getenv func(string) string
+}
+
+// Component is a long-running part of a process. Run returns when ctx ends
+// (nil) or the component fails.
+type Component struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// runComponents runs every component until ctx ends or one fails, then
+// cancels the rest and waits for all of them.
+func runComponents(ctx context.Context, log *slog.Logger, cs []Component) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(cs))
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			err := c.Run(ctx)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("component failed", "component", c.Name, "err", err)
+				errs <- fmt.Errorf("%s: %w", c.Name, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+// connect dials NATS with settings for a long-running component: endless
+// reconnects, and a name that shows in the server's connection list.
+func connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	opts := append([]nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
+	}, extra...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// provision creates or updates the streams and buckets and logs what changed.
+func provision(ctx context.Context, js jetstream.JetStream, opts streams.Options, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	report, err := streams.Provision(ctx, js, opts)
+	if err != nil {
+		return fmt.Errorf("provision streams: %w", err)
+	}
+	for _, ch := range report {
+		if ch.Action != streams.Unchanged {
+			log.Info("provisioned", "resource", ch.String())
+		}
+	}
+	return nil
+}
+
+// serveHTTP serves h on l until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server on %s: %w", l.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down http server on %s: %w", l.Addr(), err)
+	}
+	<-errc
+	return nil
+}
+
+// baseMux returns a mux with the process endpoints every process serves.
+func baseMux(h *health.Checker) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", h.Healthz())
+	mux.Handle("GET /readyz", h.Readyz())
+	return mux
+}

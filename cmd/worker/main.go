@@ -1,0 +1,19 @@
+// Command worker runs jetloop's worker component against a NATS server, for
+// deployments that run components apart: worker --server URL.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jetloop/jetloop/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, append([]string{"worker"}, os.Args[1:]...), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

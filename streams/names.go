@@ -1,0 +1,323 @@
+package streams
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/jetloop/jetloop/events"
+)
+
+// DefaultPrefix is the subject prefix of a deployment that sets none.
+const DefaultPrefix = "jl"
+
+// ErrBadSubject reports a subject or key that is not of jetloop's layout.
+var ErrBadSubject = errors.New("subject is not of the expected form")
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,15}$`)
+
+// Names builds every stream name, subject and key of one deployment. The
+// prefix (default "jl") lets several deployments share a NATS account.
+type Names struct {
+	prefix string
+}
+
+// NewNames returns the names under prefix: lower-case letters, digits and
+// underscores, starting with a letter, at most 16 characters. An empty
+// prefix selects DefaultPrefix.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(prefix) {
+		return Names{}, fmt.Errorf("streams: prefix %q: want lower-case letters, digits and _ starting with a letter, at most 16", prefix)
+	}
+	return Names{prefix: prefix}, nil
+}
+
+// Default returns the names under DefaultPrefix.
+func Default() Names { return Names{prefix: DefaultPrefix} }
+
+// Prefix is the deployment's subject prefix.
+func (n Names) Prefix() string { return n.p() }
+
+func (n Names) p() string {
+	if n.prefix == "" {
+		return DefaultPrefix
+	}
+	return n.prefix
+}
+
+func (n Names) upper() string { return strings.ToUpper(n.p()) }
+
+// Stream names.
+
+// StreamIn is the stream of admitted events, ticks, schedule messages and
+// pending debounced events (JL_IN).
+func (n Names) StreamIn() string { return n.upper() + "_IN" }
+
+// StreamCtl is the stream of control messages (JL_CTL).
+func (n Names) StreamCtl() string { return n.upper() + "_CTL" }
+
+// StreamDLQ is the dead letter stream (JL_DLQ).
+func (n Names) StreamDLQ() string { return n.upper() + "_DLQ" }
+
+// StreamAudit is the stream of decisions and status changes (JL_AUDIT).
+func (n Names) StreamAudit() string { return n.upper() + "_AUDIT" }
+
+// Bucket names.
+
+// BucketSessions holds turn state and transcripts (jl_sessions).
+func (n Names) BucketSessions() string { return n.p() + "_sessions" }
+
+// BucketLeases holds session leases with per-key TTL (jl_leases).
+func (n Names) BucketLeases() string { return n.p() + "_leases" }
+
+// BucketDedupe is the long-horizon dedupe store (jl_dedupe).
+func (n Names) BucketDedupe() string { return n.p() + "_dedupe" }
+
+// BucketAgents holds versioned agent definitions (jl_agents).
+func (n Names) BucketAgents() string { return n.p() + "_agents" }
+
+// BucketSchedules holds schedule health (jl_schedules).
+func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
+
+// ObjectBlobs is the object store for large tool results (jl_blobs).
+func (n Names) ObjectBlobs() string { return n.p() + "_blobs" }
+
+// KVStream is the name of the stream behind KV bucket b.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// ObjectStream is the name of the stream behind object store b.
+func ObjectStream(bucket string) string { return "OBJ_" + bucket }
+
+// SessionRef names one session of one agent, with both names already
+// encoded into subject tokens. Build it with NewSessionRef or parse it from
+// a subject; its zero value names nothing.
+type SessionRef struct {
+	Agent, Session string
+	agentTok       string
+	sessionTok     string
+}
+
+// NewSessionRef validates and encodes an agent and a session name.
+func NewSessionRef(agent, session string) (SessionRef, error) {
+	at, err := events.EncodeToken(agent)
+	if err != nil {
+		return SessionRef{}, fmt.Errorf("streams: agent name: %w", err)
+	}
+	st, err := events.EncodeToken(session)
+	if err != nil {
+		return SessionRef{}, fmt.Errorf("streams: session name: %w", err)
+	}
+	return SessionRef{Agent: agent, Session: session, agentTok: at, sessionTok: st}, nil
+}
+
+// String is "agent/session", the form the CLI takes.
+func (r SessionRef) String() string { return r.Agent + "/" + r.Session }
+
+// Key is "<agent>.<session>" in tokens: the lease key and the stem of the
+// session's keys.
+func (r SessionRef) Key() string { return r.agentTok + "." + r.sessionTok }
+
+func agentToken(agent string) (string, error) {
+	t, err := events.EncodeToken(agent)
+	if err != nil {
+		return "", fmt.Errorf("streams: agent name: %w", err)
+	}
+	return t, nil
+}
+
+// Subjects of JL_IN.
+
+// In is the subject of events admitted for a session: jl.in.<agent>.<session>.
+func (n Names) In(r SessionRef) string { return n.p() + ".in." + r.Key() }
+
+// InAll matches every subject of In.
+func (n Names) InAll() string { return n.p() + ".in.>" }
+
+// InAgent matches every session's In subject of one agent: the filter of
+// the agent's durable consumer.
+func (n Names) InAgent(agent string) (string, error) {
+	t, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	return n.p() + ".in." + t + ".>", nil
+}
+
+// Sched is the subject of the schedule message of one agent schedule:
+// jl.sched.<agent>.<schedule>.
+func (n Names) Sched(agent, schedule string) (string, error) {
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	st, err := events.EncodeToken(schedule)
+	if err != nil {
+		return "", fmt.Errorf("streams: schedule name: %w", err)
+	}
+	return n.p() + ".sched." + at + "." + st, nil
+}
+
+// SchedAll matches every schedule message subject.
+func (n Names) SchedAll() string { return n.p() + ".sched.>" }
+
+// Debounce is the subject holding a session's pending debounced event:
+// jl.debounce.<agent>.<session>.
+func (n Names) Debounce(r SessionRef) string { return n.p() + ".debounce." + r.Key() }
+
+// DebounceAll matches every subject of Debounce.
+func (n Names) DebounceAll() string { return n.p() + ".debounce.>" }
+
+// Subjects of JL_CTL.
+
+// Ctl is a session's control subject: jl.ctl.<agent>.<session>.
+func (n Names) Ctl(r SessionRef) string { return n.p() + ".ctl." + r.Key() }
+
+// CtlAll matches every control subject.
+func (n Names) CtlAll() string { return n.p() + ".ctl.>" }
+
+// CtlAgent matches the control subjects of one agent's sessions.
+func (n Names) CtlAgent(agent string) (string, error) {
+	t, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	return n.p() + ".ctl." + t + ".>", nil
+}
+
+// Subjects of JL_DLQ and JL_AUDIT.
+
+// DLQ is the dead letter subject for a reason such as "admission" or
+// "worker": jl.dlq.<reason>.
+func (n Names) DLQ(reason string) (string, error) {
+	t, err := events.EncodeToken(reason)
+	if err != nil {
+		return "", fmt.Errorf("streams: dead letter reason: %w", err)
+	}
+	return n.p() + ".dlq." + t, nil
+}
+
+// DLQAll matches every dead letter subject.
+func (n Names) DLQAll() string { return n.p() + ".dlq.>" }
+
+// Audit is the subject of one record of kind (such as "admission" or
+// "status") about an agent: jl.audit.<kind>.<agent>.
+func (n Names) Audit(kind, agent string) (string, error) {
+	kt, err := events.EncodeToken(kind)
+	if err != nil {
+		return "", fmt.Errorf("streams: audit kind: %w", err)
+	}
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	return n.p() + ".audit." + kt + "." + at, nil
+}
+
+// AuditAll matches every audit subject.
+func (n Names) AuditAll() string { return n.p() + ".audit.>" }
+
+// Core subjects.
+
+// Status is a session's live status subject: jl.status.<agent>.<session>.
+func (n Names) Status(r SessionRef) string { return n.p() + ".status." + r.Key() }
+
+// StatusAll matches every status subject.
+func (n Names) StatusAll() string { return n.p() + ".status.>" }
+
+// APIPrefix is the subject prefix of the runtime API service: jl.api.
+func (n Names) APIPrefix() string { return n.p() + ".api" }
+
+// API is the subject of one API endpoint: jl.api.<endpoint>.
+func (n Names) API(endpoint string) string { return n.APIPrefix() + "." + endpoint }
+
+// Keys.
+
+// StateKey is the key of a session's turn state in jl_sessions.
+func (n Names) StateKey(r SessionRef) string { return r.Key() + ".state" }
+
+// LogKey is the key of transcript entry seq of a session in jl_sessions.
+func (n Names) LogKey(r SessionRef, seq uint64) string {
+	return r.Key() + ".log." + strconv.FormatUint(seq, 10)
+}
+
+// LogKeys matches every transcript key of a session.
+func (n Names) LogKeys(r SessionRef) string { return r.Key() + ".log.>" }
+
+// SessionKeys matches every key of a session in jl_sessions.
+func (n Names) SessionKeys(r SessionRef) string { return r.Key() + ".>" }
+
+// LeaseKey is a session's key in jl_leases.
+func (n Names) LeaseKey(r SessionRef) string { return r.Key() }
+
+// AgentKey is an agent's key in jl_agents.
+func (n Names) AgentKey(agent string) (string, error) { return agentToken(agent) }
+
+// ScheduleKey is a schedule's key in jl_schedules: <agent>.<schedule>.
+func (n Names) ScheduleKey(agent, schedule string) (string, error) {
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	st, err := events.EncodeToken(schedule)
+	if err != nil {
+		return "", fmt.Errorf("streams: schedule name: %w", err)
+	}
+	return at + "." + st, nil
+}
+
+// DedupeKey is the key in jl_dedupe of an event from source with id:
+// <source>.<id-hash>. The source is hashed too when it would not fit a token.
+func (n Names) DedupeKey(source, id string) string {
+	h := sha256.Sum256([]byte(id))
+	st, err := events.EncodeToken(source)
+	if err != nil || len(st) > 64 {
+		sh := sha256.Sum256([]byte(source))
+		st = "h" + hex.EncodeToString(sh[:8])
+	}
+	return st + "." + hex.EncodeToString(h[:16])
+}
+
+// Parsing.
+
+// ParseSession returns the session a session subject names: one of In,
+// Ctl, Status or Debounce.
+func (n Names) ParseSession(subject string) (SessionRef, error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 4 || parts[0] != n.p() {
+		return SessionRef{}, fmt.Errorf("streams: %w: %q is not %s.<kind>.<agent>.<session>", ErrBadSubject, subject, n.p())
+	}
+	switch parts[1] {
+	case "in", "ctl", "status", "debounce":
+	default:
+		return SessionRef{}, fmt.Errorf("streams: %w: %q has kind %q", ErrBadSubject, subject, parts[1])
+	}
+	return parseRef(subject, parts[2], parts[3])
+}
+
+// ParseSessionKey returns the session a jl_sessions or jl_leases key names.
+func (n Names) ParseSessionKey(key string) (SessionRef, error) {
+	parts := strings.SplitN(key, ".", 3)
+	if len(parts) < 2 {
+		return SessionRef{}, fmt.Errorf("streams: %w: key %q is not <agent>.<session>[...]", ErrBadSubject, key)
+	}
+	return parseRef(key, parts[0], parts[1])
+}
+
+func parseRef(in, at, st string) (SessionRef, error) {
+	agent, err := events.DecodeToken(at)
+	if err != nil {
+		return SessionRef{}, fmt.Errorf("streams: %w: %q: agent: %w", ErrBadSubject, in, err)
+	}
+	session, err := events.DecodeToken(st)
+	if err != nil {
+		return SessionRef{}, fmt.Errorf("streams: %w: %q: session: %w", ErrBadSubject, in, err)
+	}
+	return SessionRef{Agent: agent, Session: session, agentTok: at, sessionTok: st}, nil
+}

@@ -1,0 +1,70 @@
+package streams_test
+
+import (
+	"testing"
+
+	"github.com/jetloop/jetloop/streams"
+)
+
+func TestSubjects(t *testing.T) {
+	n := streams.Default()
+	r, err := streams.NewSessionRef("pr-reviewer", "octo/repo#12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, _ := n.Sched("mon", "drift")
+	inAgent, _ := n.InAgent("mon")
+	tests := []struct {
+		name, got, want string
+	}{
+		{name: "in", got: n.In(r), want: "jl.in.pr-reviewer.octo=2Frepo=2312"},
+		{name: "ctl", got: n.Ctl(r), want: "jl.ctl.pr-reviewer.octo=2Frepo=2312"},
+		{name: "status", got: n.Status(r), want: "jl.status.pr-reviewer.octo=2Frepo=2312"},
+		{name: "state key", got: n.StateKey(r), want: "pr-reviewer.octo=2Frepo=2312.state"},
+		{name: "log key", got: n.LogKey(r, 7), want: "pr-reviewer.octo=2Frepo=2312.log.7"},
+		{name: "sched", got: sched, want: "jl.sched.mon.drift"},
+		{name: "agent filter", got: inAgent, want: "jl.in.mon.>"},
+		{name: "api", got: n.API("status"), want: "jl.api.status"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Fatalf("got %q, want %q", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSessionRoundTrip(t *testing.T) {
+	n, err := streams.NewNames("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := streams.NewSessionRef("a.b", "feature/ü x")
+	for _, subj := range []string{n.In(r), n.Ctl(r), n.Status(r), n.Debounce(r)} {
+		got, err := n.ParseSession(subj)
+		if err != nil {
+			t.Fatalf("parse %q: %v", subj, err)
+		}
+		if got.Agent != "a.b" || got.Session != "feature/ü x" {
+			t.Fatalf("parse %q = %q/%q", subj, got.Agent, got.Session)
+		}
+	}
+	got, err := n.ParseSessionKey(n.LogKey(r, 3))
+	if err != nil || got.String() != "a.b/feature/ü x" {
+		t.Fatalf("parse key: %v %v", got, err)
+	}
+	for _, bad := range []string{"jl.in.a.b", "acme.in.a", "acme.dlq.a.b", "acme.in.a.b=zz"} {
+		if _, err := n.ParseSession(bad); err == nil {
+			t.Errorf("parse %q: no error", bad)
+		}
+	}
+}
+
+func TestNewNamesRejectsBadPrefix(t *testing.T) {
+	for _, p := range []string{"JL", "j.l", "1x", "a-b", "waytoolongprefix_x"} {
+		if _, err := streams.NewNames(p); err == nil {
+			t.Errorf("NewNames(%q): no error", p)
+		}
+	}
+}
