@@ -1,0 +1,176 @@
+package policies
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Definition is one agent: its model, prompt, tools, limits, and the
+// triggers, schedules and approval gates that govern it. It is what one
+// YAML file declares and what jl_agents stores, versioned.
+type Definition struct {
+	// Name is the agent's name: letters, digits, '-' and '_'.
+	Name        string `yaml:"name" json:"name"`
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+	Model       Model  `yaml:"model" json:"model"`
+	// System is the system prompt.
+	System string `yaml:"system,omitempty" json:"system,omitempty"`
+	// Tools names the tools the agent may call.
+	Tools     []string   `yaml:"tools,omitempty" json:"tools,omitempty"`
+	Budget    Budget     `yaml:"budget,omitempty" json:"budget,omitzero"`
+	Triggers  []Trigger  `yaml:"triggers,omitempty" json:"triggers,omitempty"`
+	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
+	Approvals []Approval `yaml:"approvals,omitempty" json:"approvals,omitempty"`
+	// ApplyToRunning makes a new version apply to existing sessions at
+	// their next turn; by default a session keeps the version it started
+	// with.
+	ApplyToRunning bool `yaml:"apply_to_running,omitempty" json:"apply_to_running,omitempty"`
+
+	// Version is assigned by the store (the jl_agents revision); it is not
+	// part of the YAML.
+	Version uint64 `yaml:"-" json:"version,omitempty"`
+}
+
+// Model selects and configures the model provider.
+type Model struct {
+	// Provider is "scripted", "anthropic" or "openai".
+	Provider string `yaml:"provider" json:"provider"`
+	// Name is the provider's model name, e.g. claude-sonnet-4-5.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// BaseURL overrides the provider's endpoint (Ollama, vLLM, llama.cpp).
+	BaseURL string `yaml:"base_url,omitempty" json:"base_url,omitempty"`
+	// APIKeyEnv names the environment variable holding the API key;
+	// default ANTHROPIC_API_KEY or OPENAI_API_KEY.
+	APIKeyEnv   string   `yaml:"api_key_env,omitempty" json:"api_key_env,omitempty"`
+	MaxTokens   int      `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	Temperature *float64 `yaml:"temperature,omitempty" json:"temperature,omitempty"`
+	Timeout     Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
+	// Script is the scripted provider's responses, one per model call in
+	// order, per session.
+	Script []ScriptEntry `yaml:"script,omitempty" json:"script,omitempty"`
+	// Then answers every call after the script ran out; default: the last
+	// entry's text without tool calls.
+	Then *ScriptEntry `yaml:"then,omitempty" json:"then,omitempty"`
+}
+
+// ScriptEntry is one scripted model response.
+type ScriptEntry struct {
+	Text      string           `yaml:"text,omitempty" json:"text,omitempty"`
+	ToolCalls []ScriptToolCall `yaml:"tool_calls,omitempty" json:"tool_calls,omitempty"`
+	Usage     Usage            `yaml:"usage,omitempty" json:"usage,omitzero"`
+	// Delay simulates model latency.
+	Delay Duration `yaml:"delay,omitempty" json:"delay,omitzero"`
+	// Error makes the call fail: rate_limited, server_error or timeout.
+	Error string `yaml:"error,omitempty" json:"error,omitempty"`
+}
+
+// ScriptToolCall is one tool call of a scripted response.
+type ScriptToolCall struct {
+	Name string         `yaml:"name" json:"name"`
+	Args map[string]any `yaml:"args,omitempty" json:"args,omitempty"`
+}
+
+// Usage is token usage of one model call.
+type Usage struct {
+	InputTokens  int64 `yaml:"input_tokens,omitempty" json:"input_tokens,omitempty"`
+	OutputTokens int64 `yaml:"output_tokens,omitempty" json:"output_tokens,omitempty"`
+}
+
+// Budget are the limits the host enforces before every step.
+type Budget struct {
+	MaxTurns   int      `yaml:"max_turns,omitempty" json:"max_turns,omitempty"`
+	MaxTokens  int64    `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	Deadline   Duration `yaml:"deadline,omitempty" json:"deadline,omitzero"`
+	MaxCostUSD float64  `yaml:"max_cost_usd,omitempty" json:"max_cost_usd,omitempty"`
+	MaxHops    int      `yaml:"max_hops,omitempty" json:"max_hops,omitempty"`
+}
+
+// Trigger admits events for the agent.
+type Trigger struct {
+	Name string `yaml:"name" json:"name"`
+	// When is a CEL condition over `event`.
+	When string `yaml:"when" json:"when"`
+	// Session is a CEL string expression over `event` naming the session.
+	Session string `yaml:"session,omitempty" json:"session,omitempty"`
+	// Prompt is an optional template rendering the event into the turn's
+	// user message.
+	Prompt        string    `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	Rate          *Rate     `yaml:"rate,omitempty" json:"rate,omitempty"`
+	Debounce      *Debounce `yaml:"debounce,omitempty" json:"debounce,omitempty"`
+	MaxConcurrent int       `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
+}
+
+// Rate limits admissions per key.
+type Rate struct {
+	// Key is a CEL string expression over `event`.
+	Key       string  `yaml:"key" json:"key"`
+	PerMinute float64 `yaml:"per_minute" json:"per_minute"`
+	Burst     int     `yaml:"burst,omitempty" json:"burst,omitempty"`
+}
+
+// Debounce coalesces a burst of events for one session into one.
+type Debounce struct {
+	Window Duration `yaml:"window" json:"window"`
+}
+
+// Schedule fires ticks for the agent.
+type Schedule struct {
+	Name string `yaml:"name" json:"name"`
+	// Cron is a NATS schedule pattern: a 6-field cron with seconds,
+	// @hourly and the like, or @every 5m.
+	Cron     string `yaml:"cron" json:"cron"`
+	TimeZone string `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`
+	// Session is "persistent" (one session every tick continues) or
+	// "ephemeral" (a new session per tick).
+	Session string `yaml:"session,omitempty" json:"session,omitempty"`
+	// Overlap is "skip", "queue_one" or "cancel_previous".
+	Overlap     string   `yaml:"overlap,omitempty" json:"overlap,omitempty"`
+	Timeout     Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
+	MaxFailures int      `yaml:"max_failures,omitempty" json:"max_failures,omitempty"`
+	Prompt      string   `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+}
+
+// Approval gates tool calls behind a human decision.
+type Approval struct {
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// When is a CEL condition over `tool` and `session`.
+	When string `yaml:"when" json:"when"`
+}
+
+// Duration is a time.Duration written as "90s" or "10m" in YAML and JSON.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// IsZero reports whether d is zero.
+func (d Duration) IsZero() bool { return d == 0 }
+
+// MarshalText writes d as "1m30s".
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads a Go duration such as "90s" or "10m".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: want a number with a unit such as 90s or 10m", b)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes d as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a string duration.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration %s: want a string such as \"90s\"", b)
+	}
+	return d.UnmarshalText([]byte(s))
+}
