@@ -33,13 +33,16 @@ type Env struct {
 var errUsage = errors.New("usage")
 
 func commands() []command {
-	return []command{
+	cs := []command{
 		{name: "dev", summary: "run an embedded NATS server and every component", run: runDev},
 		{name: "ingest", summary: "run the HTTP ingest against a NATS server", run: runIngest},
 		{name: "worker", summary: "run a worker against a NATS server", run: runWorker},
 		{name: "cron", summary: "run the schedule reconciler against a NATS server", run: runCron},
 		{name: "version", summary: "print the version", run: runVersion},
 	}
+	cs = append(cs, ingestCommands()...)
+	cs = append(cs, workerCommands()...)
+	return append(cs, cronCommands()...)
 }
 
 // Version is set at build time with -ldflags "-X github.com/jetloop/jetloop/cli.Version=…".
