@@ -1,0 +1,204 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetloop/jetloop/policies"
+)
+
+// ProviderScripted is the provider name of the scripted model.
+const ProviderScripted = "scripted"
+
+// Script error values an entry may name in its error field.
+const (
+	ScriptErrRateLimited = "rate_limited"
+	ScriptErrServer      = "server_error"
+	ScriptErrTimeout     = "timeout"
+)
+
+// Scripted is a deterministic model: one script entry answers one model
+// call, in order, per session. It keeps no state: the position in the
+// script is the number of assistant messages already in the request's
+// transcript, so a session continues where it was after a crash, and a call
+// made again (recovery of an unsettled model step) gets the same answer.
+//
+// An entry with an error fails the call with the matching *Error. A failed
+// call adds nothing to the transcript, so every call made at that position
+// fails the same way: the entry simulates a model that keeps failing, and
+// NewScripted rejects entries after it as unreachable.
+//
+// When the script runs out, calls are answered by spec.Then if set, else
+// by the last entry's text and usage without tool calls, so an agent that
+// loops past its script comes to an end.
+type Scripted struct {
+	name    string
+	entries []scriptAnswer
+	then    scriptAnswer
+}
+
+// scriptAnswer is one validated entry, ready to answer.
+type scriptAnswer struct {
+	text      string
+	toolCalls []scriptCall
+	usage     Usage
+	delay     time.Duration
+	err       error // one of the sentinel kinds, or nil
+}
+
+type scriptCall struct {
+	name string
+	args json.RawMessage
+}
+
+var _ Model = (*Scripted)(nil)
+
+// NewScripted validates spec's script and returns the model. Errors name
+// the entry index and the field at fault.
+func NewScripted(spec policies.Model) (*Scripted, error) {
+	if len(spec.Script) == 0 && spec.Then == nil {
+		return nil, errors.New("scripted model: script is empty and then is unset: give at least one entry")
+	}
+	s := &Scripted{name: spec.Name}
+	if s.name == "" {
+		s.name = ProviderScripted
+	}
+	for i, e := range spec.Script {
+		if i > 0 && s.entries[i-1].err != nil {
+			return nil, fmt.Errorf("scripted model: script[%d]: unreachable: script[%d] has error %q, which fails every call at its position (a failed call adds nothing to the transcript)", i, i-1, spec.Script[i-1].Error)
+		}
+		a, err := compileEntry(e)
+		if err != nil {
+			return nil, fmt.Errorf("scripted model: script[%d].%w", i, err)
+		}
+		s.entries = append(s.entries, a)
+	}
+	switch {
+	case spec.Then != nil:
+		if n := len(s.entries); n > 0 && s.entries[n-1].err != nil {
+			return nil, fmt.Errorf("scripted model: then: unreachable: script[%d] has error %q, which fails every call at its position", n-1, spec.Script[n-1].Error)
+		}
+		a, err := compileEntry(*spec.Then)
+		if err != nil {
+			return nil, fmt.Errorf("scripted model: then.%w", err)
+		}
+		s.then = a
+	default:
+		last := s.entries[len(s.entries)-1]
+		s.then = scriptAnswer{text: last.text, usage: last.usage, delay: last.delay, err: last.err}
+	}
+	return s, nil
+}
+
+// compileEntry checks one entry; its errors start with the field name so
+// the caller can prefix the entry's place.
+func compileEntry(e policies.ScriptEntry) (scriptAnswer, error) {
+	a := scriptAnswer{
+		text:  e.Text,
+		usage: Usage{InputTokens: e.Usage.InputTokens, OutputTokens: e.Usage.OutputTokens},
+		delay: e.Delay.D(),
+	}
+	if e.Usage.InputTokens < 0 {
+		return a, fmt.Errorf("usage.input_tokens: %d is negative", e.Usage.InputTokens)
+	}
+	if e.Usage.OutputTokens < 0 {
+		return a, fmt.Errorf("usage.output_tokens: %d is negative", e.Usage.OutputTokens)
+	}
+	if a.delay < 0 {
+		return a, fmt.Errorf("delay: %s is negative", a.delay)
+	}
+	switch e.Error {
+	case "":
+	case ScriptErrRateLimited:
+		a.err = ErrRateLimited
+	case ScriptErrServer:
+		a.err = ErrServer
+	case ScriptErrTimeout:
+		a.err = ErrTimeout
+	default:
+		return a, fmt.Errorf("error: %q is not one of %s, %s, %s", e.Error, ScriptErrRateLimited, ScriptErrServer, ScriptErrTimeout)
+	}
+	if a.err != nil && (e.Text != "" || len(e.ToolCalls) > 0) {
+		return a, fmt.Errorf("error: %q fails the call, so text and tool_calls would never be seen: give either an error or an answer", e.Error)
+	}
+	for j, c := range e.ToolCalls {
+		if c.Name == "" {
+			return a, fmt.Errorf("tool_calls[%d].name: empty", j)
+		}
+		args := json.RawMessage("{}")
+		if c.Args != nil {
+			b, err := json.Marshal(c.Args)
+			if err != nil {
+				return a, fmt.Errorf("tool_calls[%d].args: %w", j, err)
+			}
+			args = b
+		}
+		a.toolCalls = append(a.toolCalls, scriptCall{name: c.Name, args: args})
+	}
+	return a, nil
+}
+
+// Len is the number of script entries, not counting then.
+func (s *Scripted) Len() int { return len(s.entries) }
+
+// Complete answers the call at the position the transcript has reached. It
+// waits the entry's delay, returning ctx's error at once if ctx ends first.
+func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) {
+	if err := ctx.Err(); err != nil {
+		return Response{}, err
+	}
+	pos := Position(req.Messages)
+	a := s.then
+	if pos < len(s.entries) {
+		a = s.entries[pos]
+	}
+	if a.delay > 0 {
+		t := time.NewTimer(a.delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Response{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	if a.err != nil {
+		return Response{}, &Error{
+			Provider: ProviderScripted,
+			Message:  fmt.Sprintf("script position %d", pos),
+			Kind:     a.err,
+		}
+	}
+	resp := Response{
+		Text:       a.text,
+		Usage:      a.usage,
+		StopReason: "end_turn",
+		Model:      s.name,
+	}
+	if len(a.toolCalls) > 0 {
+		resp.StopReason = "tool_use"
+		resp.ToolCalls = make([]ToolCall, len(a.toolCalls))
+		for i, c := range a.toolCalls {
+			resp.ToolCalls[i] = ToolCall{
+				ID:   fmt.Sprintf("call_%d_%d", pos, i),
+				Name: c.name,
+				Args: append(json.RawMessage(nil), c.args...),
+			}
+		}
+	}
+	return resp, nil
+}
+
+// Position is the number of assistant messages in a transcript: the index
+// of the script entry that answers the next call.
+func Position(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == RoleAssistant {
+			n++
+		}
+	}
+	return n
+}
