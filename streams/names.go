@@ -272,6 +272,17 @@ func (n Names) ScheduleKey(agent, schedule string) (string, error) {
 	return at + "." + st, nil
 }
 
+// ResultBlob is the name in jl_blobs of the full result of tool call
+// callID in a session: <agent>.<session>.result.<call-id>, the call id
+// encoded as a token. ParseSessionKey reads the session back from it.
+func (n Names) ResultBlob(r SessionRef, callID string) (string, error) {
+	ct, err := events.EncodeToken(callID)
+	if err != nil {
+		return "", fmt.Errorf("streams: call id: %w", err)
+	}
+	return r.Key() + ".result." + ct, nil
+}
+
 // DedupeKey is the key in jl_dedupe of an event from source with id:
 // <source>.<id-hash>. The source is hashed too when it would not fit a token.
 func (n Names) DedupeKey(source, id string) string {

@@ -14,6 +14,7 @@ func TestSubjects(t *testing.T) {
 	}
 	sched, _ := n.Sched("mon", "drift")
 	inAgent, _ := n.InAgent("mon")
+	blob, _ := n.ResultBlob(r, "call/1")
 	tests := []struct {
 		name, got, want string
 	}{
@@ -25,6 +26,7 @@ func TestSubjects(t *testing.T) {
 		{name: "sched", got: sched, want: "jl.sched.mon.drift"},
 		{name: "agent filter", got: inAgent, want: "jl.in.mon.>"},
 		{name: "api", got: n.API("status"), want: "jl.api.status"},
+		{name: "result blob", got: blob, want: "pr-reviewer.octo=2Frepo=2312.result.call=2F1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
