@@ -147,4 +147,3 @@ func exitCode(err error) int {
 	}
 	return -1
 }
-
