@@ -31,11 +31,17 @@ const (
 // fails the same way: the entry simulates a model that keeps failing, and
 // NewScripted rejects entries after it as unreachable.
 //
+// The usage an entry declares is priced as spec.Name's list price when the
+// name is in the price table, so a rehearsal with a real model's name
+// exercises cost budgets.
+//
 // When the script runs out, calls are answered by spec.Then if set, else
 // by the last entry's text and usage without tool calls, so an agent that
 // loops past its script comes to an end.
 type Scripted struct {
 	name    string
+	price   Price
+	priced  bool
 	entries []scriptAnswer
 	then    scriptAnswer
 }
@@ -66,6 +72,7 @@ func NewScripted(spec policies.Model) (*Scripted, error) {
 	if s.name == "" {
 		s.name = ProviderScripted
 	}
+	s.price, s.priced = LookupPrice(spec.Name)
 	for i, e := range spec.Script {
 		if i > 0 && s.entries[i-1].err != nil {
 			return nil, fmt.Errorf("scripted model: script[%d]: unreachable: script[%d] has error %q, which fails every call at its position (a failed call adds nothing to the transcript)", i, i-1, spec.Script[i-1].Error)
@@ -176,6 +183,9 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) 
 		Usage:      a.usage,
 		StopReason: "end_turn",
 		Model:      s.name,
+	}
+	if s.priced {
+		resp.Usage.CostUSD = s.price.Cost(resp.Usage)
 	}
 	if len(a.toolCalls) > 0 {
 		resp.StopReason = "tool_use"
