@@ -253,8 +253,16 @@ func (n Names) LogKeys(r SessionRef) string { return r.Key() + ".log.>" }
 // SessionKeys matches every key of a session in jl_sessions.
 func (n Names) SessionKeys(r SessionRef) string { return r.Key() + ".>" }
 
+// StateKeys matches the state key of every session in jl_sessions.
+func (n Names) StateKeys() string { return "*.*.state" }
+
 // LeaseKey is a session's key in jl_leases.
 func (n Names) LeaseKey(r SessionRef) string { return r.Key() }
+
+// KVSubject is the subject a write of key in KV bucket lands on:
+// $KV.<bucket>.<key>. Atomic batches and conditional writes that the KV
+// API does not offer (a CAS update that sets a per-key TTL) publish to it.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // AgentKey is an agent's key in jl_agents.
 func (n Names) AgentKey(agent string) (string, error) { return agentToken(agent) }

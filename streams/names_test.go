@@ -26,6 +26,8 @@ func TestSubjects(t *testing.T) {
 		{name: "sched", got: sched, want: "jl.sched.mon.drift"},
 		{name: "agent filter", got: inAgent, want: "jl.in.mon.>"},
 		{name: "api", got: n.API("status"), want: "jl.api.status"},
+		{name: "kv subject", got: streams.KVSubject(n.BucketSessions(), n.StateKey(r)), want: "$KV.jl_sessions.pr-reviewer.octo=2Frepo=2312.state"},
+		{name: "state keys", got: n.StateKeys(), want: "*.*.state"},
 		{name: "result blob", got: blob, want: "pr-reviewer.octo=2Frepo=2312.result.call=2F1"},
 	}
 	for _, tt := range tests {
@@ -68,5 +70,19 @@ func TestNewNamesRejectsBadPrefix(t *testing.T) {
 		if _, err := streams.NewNames(p); err == nil {
 			t.Errorf("NewNames(%q): no error", p)
 		}
+	}
+}
+
+func TestInConsumer(t *testing.T) {
+	n := streams.Default()
+	cfg, err := streams.InConsumer(n, "pr-reviewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Durable != "worker_pr-reviewer" || cfg.FilterSubject != "jl.in.pr-reviewer.>" || cfg.MaxDeliver != -1 {
+		t.Fatalf("consumer config = %+v", cfg)
+	}
+	if _, err := streams.InConsumer(n, ""); err == nil {
+		t.Fatal("empty agent: no error")
 	}
 }
