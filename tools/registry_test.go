@@ -74,7 +74,9 @@ func TestNewRegistryRefuses(t *testing.T) {
 		{name: "empty schema", tools: []tools.Tool{bad(func(s *tools.Spec) { s.Schema = nil })}, want: "schema is empty"},
 		{name: "schema not JSON", tools: []tools.Tool{bad(func(s *tools.Spec) { s.Schema = json.RawMessage(`{`) })}, want: "not JSON"},
 		{name: "schema not object", tools: []tools.Tool{bad(func(s *tools.Spec) { s.Schema = json.RawMessage(`{"type":"string"}`) })}, want: `want "object"`},
-		{name: "schema bad keyword value", tools: []tools.Tool{bad(func(s *tools.Spec) { s.Schema = json.RawMessage(`{"type":"object","properties":{"a":{"type":"strin"}}}`) })}, want: "does not compile"},
+		{name: "schema bad keyword value", tools: []tools.Tool{bad(func(s *tools.Spec) {
+			s.Schema = json.RawMessage(`{"type":"object","properties":{"a":{"type":"strin"}}}`)
+		})}, want: "does not compile"},
 		{name: "schema remote ref", tools: []tools.Tool{bad(func(s *tools.Spec) { s.Schema = json.RawMessage(`{"type":"object","$ref":"file:///etc/passwd"}`) })}, want: "does not compile"},
 	}
 	for _, tt := range tests {
