@@ -32,6 +32,14 @@ func httpProviders() []httpProvider {
 			ok:     anthropicText,
 			okText: "LGTM.",
 		},
+		{
+			name: "openai",
+			make: func(t *testing.T, base string, spec policies.Model, opts ...model.Option) model.Model {
+				return newOpenAI(t, base, spec, opts...)
+			},
+			ok:     openAIText,
+			okText: "LGTM.",
+		},
 	}
 }
 
