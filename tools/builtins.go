@@ -1,0 +1,124 @@
+package tools
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Defaults of the built-in tools.
+const (
+	DefaultShellTimeout   = 10 * time.Minute
+	DefaultShellGrace     = 2 * time.Second
+	DefaultShellMaxOutput = 1 << 20
+	DefaultHTTPTimeout    = 30 * time.Second
+	DefaultHTTPMaxBody    = 1 << 20
+	// DefaultBlobReadLimit is read_blob's largest page: below
+	// DefaultBlobThreshold, so a page is never offloaded again.
+	DefaultBlobReadLimit = 12 << 10
+)
+
+// BuiltinConfig configures the built-in tools. The zero value is usable;
+// read_blob then answers that no blob store is configured.
+type BuiltinConfig struct {
+	// Blobs is the jl_blobs object store read_blob reads.
+	Blobs BlobStore
+	// Names parses blob names (default streams.Default()).
+	Names streams.Names
+
+	// ShellTimeout bounds one shell call (default DefaultShellTimeout).
+	ShellTimeout time.Duration
+	// ShellGrace is how long a cancelled command has between SIGTERM and
+	// SIGKILL (default DefaultShellGrace).
+	ShellGrace time.Duration
+	// ShellMaxOutput bounds the output kept of one command; the rest is
+	// counted and dropped (default DefaultShellMaxOutput).
+	ShellMaxOutput int
+	// Shell is the shell binary (default /bin/sh).
+	Shell string
+	// ShellEnv is added to the command's environment ("KEY=value"). The
+	// worker's own environment, which holds API keys, is not passed on:
+	// the command gets PATH, HOME (its work folder), LANG, and
+	// JETLOOP_AGENT, JETLOOP_SESSION and JETLOOP_CALL_ID.
+	ShellEnv []string
+
+	// HTTPClient makes the requests of http_get and http_request. When nil
+	// a client is built that refuses loopback, private and link-local
+	// addresses unless HTTPAllowPrivate is set, and uses no proxy.
+	HTTPClient *http.Client
+	// HTTPAllowPrivate lets the built client reach loopback, private and
+	// link-local (cloud metadata) addresses.
+	HTTPAllowPrivate bool
+	// HTTPTimeout bounds one request (default DefaultHTTPTimeout).
+	HTTPTimeout time.Duration
+	// HTTPMaxBody bounds the response body kept (default DefaultHTTPMaxBody).
+	HTTPMaxBody int
+
+	// BlobReadLimit is read_blob's largest page in bytes (default
+	// DefaultBlobReadLimit). Keep it below the registry's BlobThreshold.
+	BlobReadLimit int
+}
+
+func (c *BuiltinConfig) setDefaults() {
+	if c.ShellTimeout == 0 {
+		c.ShellTimeout = DefaultShellTimeout
+	}
+	if c.ShellGrace == 0 {
+		c.ShellGrace = DefaultShellGrace
+	}
+	if c.ShellMaxOutput == 0 {
+		c.ShellMaxOutput = DefaultShellMaxOutput
+	}
+	if c.Shell == "" {
+		c.Shell = "/bin/sh"
+	}
+	if c.HTTPTimeout == 0 {
+		c.HTTPTimeout = DefaultHTTPTimeout
+	}
+	if c.HTTPMaxBody == 0 {
+		c.HTTPMaxBody = DefaultHTTPMaxBody
+	}
+	if c.BlobReadLimit == 0 {
+		c.BlobReadLimit = DefaultBlobReadLimit
+	}
+}
+
+// Validate reports settings that cannot work.
+func (c BuiltinConfig) Validate() error {
+	switch {
+	case c.ShellTimeout < 0 || c.ShellGrace < 0 || c.HTTPTimeout < 0:
+		return fmt.Errorf("tools: builtin timeouts (shell %v, grace %v, http %v): negative", c.ShellTimeout, c.ShellGrace, c.HTTPTimeout)
+	case c.ShellMaxOutput < 0 || c.HTTPMaxBody < 0 || c.BlobReadLimit < 0:
+		return fmt.Errorf("tools: builtin size bounds (shell output %d, http body %d, blob page %d): negative", c.ShellMaxOutput, c.HTTPMaxBody, c.BlobReadLimit)
+	}
+	for _, kv := range c.ShellEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("tools: shell env entry %q: want KEY=value", kv)
+		}
+	}
+	return nil
+}
+
+// Builtins returns the built-in tools: shell, http_get, http_request,
+// ask_human and read_blob. Invalid settings (see Validate) are replaced by
+// defaults; call Validate first to refuse them instead.
+func Builtins(cfg BuiltinConfig) []Tool {
+	if cfg.Validate() != nil {
+		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate}
+	}
+	cfg.setDefaults()
+	client := cfg.HTTPClient
+	if client == nil {
+		client = newHTTPClient(cfg.HTTPAllowPrivate)
+	}
+	return []Tool{
+		&shell{cfg: cfg},
+		&httpTool{get: true, client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
+		&httpTool{client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
+		askHuman{},
+		&readBlob{blobs: cfg.Blobs, names: cfg.Names, limit: cfg.BlobReadLimit},
+	}
+}
