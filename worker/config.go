@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxSessions   = 256
+	DefaultToolTimeout   = 2 * time.Minute
+	DefaultShutdownGrace = 10 * time.Second
+	// DefaultMaxRecoveries bounds how often recovery makes one step's effect
+	// again, so a step that kills its worker every time cannot loop.
+	DefaultMaxRecoveries = 3
+)
+
+// Definitions is where the worker reads the agents it runs.
+type Definitions interface {
+	// Get returns the latest definition of agent, with its Version set.
+	Get(ctx context.Context, agent string) (policies.Definition, error)
+}
+
+// VersionedDefinitions can also return an earlier version, so a session
+// keeps the version it started with. A Definitions without it runs every
+// session on the latest version.
+type VersionedDefinitions interface {
+	Definitions
+	GetVersion(ctx context.Context, agent string, version uint64) (policies.Definition, error)
+}
+
+// Tools finds a tool by name.
+type Tools interface {
+	Get(name string) (tools.Tool, bool)
+}
+
+// ToolMap is a fixed set of tools by name.
+type ToolMap map[string]tools.Tool
+
+// Get returns the tool called name.
+func (m ToolMap) Get(name string) (tools.Tool, bool) {
+	t, ok := m[name]
+	return t, ok
+}
+
+// ModelFactory builds the model a definition names.
+type ModelFactory func(spec policies.Model) (model.Model, error)
+
+// ScriptedOnly is the ModelFactory that knows only the scripted provider.
+func ScriptedOnly(spec policies.Model) (model.Model, error) {
+	if spec.Provider != model.ProviderScripted {
+		return nil, fmt.Errorf("model provider %q is not available in this worker (only %q)", spec.Provider, model.ProviderScripted)
+	}
+	return model.NewScripted(spec)
+}
+
+// Phase is a point in a step at which Config.Trace is called.
+type Phase string
+
+// Phases of a step, in order.
+const (
+	// PhaseIntent: the step is decided; its intent is not written yet.
+	PhaseIntent Phase = "intent"
+	// PhaseEffect: the intent is durable; the effect has not begun.
+	PhaseEffect Phase = "effect"
+	// PhaseSettle: the effect is done; its settlement is not written.
+	PhaseSettle Phase = "settle"
+	// PhaseSettled: the settlement is durable.
+	PhaseSettled Phase = "settled"
+	// PhaseAck: the run rests; the inputs it consumed are not acked yet.
+	PhaseAck Phase = "ack"
+)
+
+// TracePoint says where a session's run is.
+type TracePoint struct {
+	Phase          Phase
+	Agent, Session string
+	Kind           StepKind
+	Step           uint64
+	Tool, CallID   string
+	// Recovery marks a step resumed from an earlier worker's intent.
+	Recovery bool
+}
+
+// Config configures a Worker. The zero values of optional fields are
+// usable defaults.
+type Config struct {
+	// ID names this worker among all workers: it is the lease owner and
+	// shows in logs and states. Required.
+	ID string
+	// Names are the deployment's names; zero uses the default prefix.
+	Names streams.Names
+	// Definitions are the agents to run. Required.
+	Definitions Definitions
+	// Models builds a definition's model; default ScriptedOnly.
+	Models ModelFactory
+	// Tools are the tools definitions may name; nil: none.
+	Tools Tools
+	// Agents fixes the agents this worker serves; empty: every agent in
+	// jl_agents, as they come and go.
+	Agents []string
+	// LeaseTTL is the session lease's lifetime without renewal; renewed
+	// every third of it. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// MaxSessions bounds sessions running at once in this worker.
+	MaxSessions int
+	// ToolTimeout bounds a tool call whose spec sets no timeout.
+	ToolTimeout time.Duration
+	// WorkDir is the folder under which each session gets its work folder;
+	// default <tmp>/jetloop-work.
+	WorkDir string
+	// ShutdownGrace is how long a stopping worker lets in-flight steps
+	// finish before it cancels them (their intents stay for recovery).
+	ShutdownGrace time.Duration
+	// MaxRecoveries bounds how often one step's effect is made again.
+	MaxRecoveries int
+	// Log receives one line per event with agent, session, turn and step.
+	Log *slog.Logger
+	// Metrics collects Prometheus metrics; nil: unregistered ones.
+	Metrics *Metrics
+	// Trace, if set, is called at every phase of every step, in the
+	// session's goroutine; it may block (crash tests stop a worker there).
+	Trace func(ctx context.Context, p TracePoint)
+}
+
+func (c *Config) setDefaults() {
+	if c.Models == nil {
+		c.Models = ScriptedOnly
+	}
+	if c.Tools == nil {
+		c.Tools = ToolMap{}
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.ToolTimeout == 0 {
+		c.ToolTimeout = DefaultToolTimeout
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = filepath.Join(os.TempDir(), "jetloop-work")
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.MaxRecoveries == 0 {
+		c.MaxRecoveries = DefaultMaxRecoveries
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+}
+
+// Validate reports what is missing or out of range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("ID is empty"))
+	}
+	if c.Definitions == nil {
+		errs = append(errs, errors.New("Definitions is nil"))
+	}
+	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("LeaseTTL %s: want at least 1s", c.LeaseTTL))
+	}
+	if c.MaxSessions < 0 {
+		errs = append(errs, fmt.Errorf("MaxSessions %d is negative", c.MaxSessions))
+	}
+	for _, a := range c.Agents {
+		if _, err := c.Names.InAgent(a); err != nil {
+			errs = append(errs, fmt.Errorf("agent %q: %w", a, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	return nil
+}

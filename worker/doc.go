@@ -1,0 +1,23 @@
+// Package worker runs agent sessions: the loop of each session with its
+// turn state committed to JetStream KV, so that a kill -9 anywhere loses
+// nothing committed and recovery is a lookup, not a guess.
+//
+// A Worker consumes jl.in.<agent>.> through one durable pull consumer per
+// agent (shared by every worker), leases a session in jl_leases before it
+// runs it, and fences every write of the session's state by the state
+// key's revision. Each model call and each tool call is a step: an intent
+// written by compare-and-set, the effect, and a settlement written as one
+// atomic batch into jl_sessions (the transcript entries under the ids the
+// intent reserved, plus the next state). A session whose state holds an
+// intent without its settlement is recovered by the table of DESIGN §8.
+// Budgets are checked before every step; every status change is a KV write
+// plus a jl.status.<agent>.<session> message and a JL_AUDIT record.
+//
+// The read side (List, Show, Follow) reads the same records for the CLI
+// and, later, the NATS API.
+//
+// It does not admit events (admission/ and ingest/ do), parse agent
+// definitions (policies/), talk to model providers (model/), implement
+// tools (tools/) or define control verbs (control/); it declares the small
+// interfaces it needs from them.
+package worker

@@ -1,0 +1,69 @@
+package worker
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the worker's Prometheus collectors. One Metrics may serve
+// every worker of a process.
+type Metrics struct {
+	steps       *prometheus.CounterVec
+	stepSeconds *prometheus.HistogramVec
+	recoveries  *prometheus.CounterVec
+	fenced      prometheus.Counter
+	budgetStops *prometheus.CounterVec
+	statuses    *prometheus.CounterVec
+	active      prometheus.Gauge
+}
+
+// NewMetrics returns unregistered collectors; Register adds them to a
+// registry.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "steps_total",
+			Help: "Settled steps by kind (model, tool) and outcome (ok, error, synthetic).",
+		}, []string{"kind", "outcome"}),
+		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "step_seconds",
+			Help:    "Time from a step's intent to its settlement, by kind.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"kind"}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "recoveries_total",
+			Help: "Steps found with an intent and no settlement, by kind and action (remade, rerun, synthetic).",
+		}, []string{"kind", "action"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "fenced_total",
+			Help: "Sessions dropped because their state or lease moved on under this worker.",
+		}),
+		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "budget_stops_total",
+			Help: "Sessions ended as budget_exceeded, by the limit reached.",
+		}, []string{"limit"}),
+		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "status_changes_total",
+			Help: "Session status changes, by new status.",
+		}, []string{"status"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "sessions_running",
+			Help: "Sessions this process runs now (idle sessions are not held).",
+		}),
+	}
+}
+
+// Register adds the collectors to reg; collectors already registered
+// there are left as they are.
+func (m *Metrics) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// MaxList bounds the sessions List returns.
+const MaxList = 100_000
+
+// Summary is one session as `jetloop status --json` lists it: a contract,
+// fields may be added, never renamed.
+type Summary struct {
+	Agent   string    `json:"agent"`
+	Session string    `json:"session"`
+	Status  Status    `json:"status"`
+	Since   time.Time `json:"since"`
+	Turns   int       `json:"turns"`
+	Tokens  int64     `json:"tokens"`
+	CostUSD float64   `json:"cost_usd"`
+	// WaitingFor is set for blocked sessions: the question, or the call id
+	// of the approval they wait for.
+	WaitingFor        string    `json:"waiting_for,omitempty"`
+	Reason            string    `json:"reason,omitempty"`
+	DefinitionVersion uint64    `json:"definition_version"`
+	Updated           time.Time `json:"updated"`
+	Owner             string    `json:"owner,omitempty"`
+}
+
+func summarise(st State) Summary {
+	return Summary{
+		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
+		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
+		WaitingFor: st.WaitingFor, Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
+		Updated: st.Updated, Owner: st.Owner,
+	}
+}
+
+// List returns every session's summary, ordered by agent and session. It
+// reads the state keys in one pass of the bucket.
+func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Summary, error) {
+	kv, err := js.KeyValue(ctx, names.BucketSessions())
+	if err != nil {
+		return nil, fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
+	}
+	w, err := kv.Watch(ctx, names.StateKeys(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("worker: list sessions: %w", err)
+	}
+	defer w.Stop()
+	var out []Summary
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("worker: list sessions: watcher closed")
+			}
+			if e == nil {
+				slices.SortFunc(out, func(a, b Summary) int {
+					if c := strings.Compare(a.Agent, b.Agent); c != 0 {
+						return c
+					}
+					return strings.Compare(a.Session, b.Session)
+				})
+				return out, nil
+			}
+			var st State
+			if err := json.Unmarshal(e.Value(), &st); err != nil {
+				return nil, fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+			}
+			if len(out) >= MaxList {
+				return nil, fmt.Errorf("worker: list sessions: more than %d", MaxList)
+			}
+			out = append(out, summarise(st))
+		}
+	}
+}
+
+// Usage is what a session consumed, beside its limits.
+type Usage struct {
+	Turns        int     `json:"turns"`
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	Tokens       int64   `json:"tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+	// UnknownUsageCalls counts interrupted model calls that may have been
+	// billed without their usage being known.
+	UnknownUsageCalls int `json:"unknown_usage_calls"`
+}
+
+// Budget is a session's limits and usage.
+type Budget struct {
+	Limits policies.Budget `json:"limits"`
+	Usage  Usage           `json:"usage"`
+}
+
+// Transcript is one session as `jetloop show --json` prints it: a
+// contract, fields may be added, never renamed.
+type Transcript struct {
+	Agent             string    `json:"agent"`
+	Session           string    `json:"session"`
+	Status            Status    `json:"status"`
+	Since             time.Time `json:"since"`
+	Reason            string    `json:"reason,omitempty"`
+	WaitingFor        string    `json:"waiting_for,omitempty"`
+	DefinitionVersion uint64    `json:"definition_version"`
+	Budget            Budget    `json:"budget"`
+	// Pending is the step in flight (or interrupted), if any.
+	Pending    *Intent `json:"pending,omitempty"`
+	Transcript []Entry `json:"transcript"`
+}
+
+// Show returns a session's state and whole transcript, consistent with
+// each other (a settlement lands whole or not at all).
+func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef) (Transcript, error) {
+	s, err := newStore(ctx, js, names)
+	if err != nil {
+		return Transcript{}, err
+	}
+	st, _, err := s.load(ctx, ref)
+	if err != nil {
+		return Transcript{}, err
+	}
+	entries, err := s.transcript(ctx, ref, st.NextEntry)
+	if err != nil {
+		return Transcript{}, err
+	}
+	if entries == nil {
+		entries = []Entry{}
+	}
+	return Transcript{
+		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
+		Reason: st.Reason, WaitingFor: st.WaitingFor, DefinitionVersion: st.DefinitionVersion,
+		Budget: Budget{Limits: st.Limits, Usage: Usage{
+			Turns: st.Turns, InputTokens: st.Usage.InputTokens, OutputTokens: st.Usage.OutputTokens,
+			Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD, UnknownUsageCalls: st.UnknownUsage,
+		}},
+		Pending:    st.Pending,
+		Transcript: entries,
+	}, nil
+}
+
+// Update is one change Follow reports: a transcript entry, or a state.
+type Update struct {
+	Entry *Entry
+	State *State
+}
+
+// Follow calls fn with the session's transcript entries in order, from the
+// first, and with its state whenever it changes, until ctx ends or fn
+// returns an error (which Follow returns; ErrStop ends it cleanly). A
+// session that does not exist yet is waited for.
+func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef, fn func(Update) error) error {
+	kv, err := js.KeyValue(ctx, names.BucketSessions())
+	if err != nil {
+		return fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
+	}
+	w, err := kv.Watch(ctx, names.SessionKeys(ref), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("worker: follow %s: %w", ref, err)
+	}
+	defer w.Stop()
+	stateKey := names.StateKey(ref)
+	var lastEntry uint64
+	var pending []Entry // entries seen before the state that settles them
+	var limit uint64 = 1
+	flush := func() error {
+		slices.SortFunc(pending, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
+		for len(pending) > 0 && pending[0].ID < limit {
+			e := pending[0]
+			pending = pending[1:]
+			if e.ID <= lastEntry {
+				continue
+			}
+			lastEntry = e.ID
+			if err := fn(Update{Entry: &e}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("worker: follow %s: watcher closed", ref)
+			}
+			if e == nil {
+				continue
+			}
+			var err error
+			if e.Key() == stateKey {
+				var st State
+				if err := json.Unmarshal(e.Value(), &st); err != nil {
+					return fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+				}
+				limit = st.NextEntry
+				if err = flush(); err == nil {
+					err = fn(Update{State: &st})
+				}
+			} else {
+				var en Entry
+				if err := json.Unmarshal(e.Value(), &en); err != nil {
+					return fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+				}
+				pending = append(pending, en)
+				err = flush()
+			}
+			if err == ErrStop {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// ErrStop, returned by a Follow callback, ends Follow without an error.
+var ErrStop = fmt.Errorf("stop following")

@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+)
+
+// maxEventText bounds the text an event contributes to the context.
+const maxEventText = 64 << 10
+
+// buildRequest renders the transcript as the model's conversation: inputs
+// and steers as user messages, each answer with its tool calls, and the
+// calls' results. System entries are the runtime's notes, not context.
+func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Request {
+	req := model.Request{
+		Model:       def.Model.Name,
+		System:      def.System,
+		MaxTokens:   def.Model.MaxTokens,
+		Temperature: def.Model.Temperature,
+	}
+	for _, name := range def.Tools {
+		if t, ok := ts.Get(name); ok {
+			sp := t.Spec()
+			req.Tools = append(req.Tools, model.ToolSpec{Name: sp.Name, Description: sp.Description, Schema: sp.Schema})
+		}
+	}
+	msgs := req.Messages
+	last := func() *model.Message {
+		if len(msgs) == 0 {
+			return nil
+		}
+		return &msgs[len(msgs)-1]
+	}
+	for _, e := range entries {
+		switch e.Kind {
+		case KindEvent, KindUser, KindControl:
+			text := e.Text
+			if e.Kind == KindControl {
+				text = "[" + e.Name + "] " + text
+			}
+			if l := last(); l != nil && l.Role == model.RoleUser {
+				l.Text += "\n\n" + text
+				continue
+			}
+			msgs = append(msgs, model.Message{Role: model.RoleUser, Text: text})
+		case KindAssistant:
+			msgs = append(msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
+		case KindToolCall:
+			if l := last(); l != nil && l.Role == model.RoleAssistant {
+				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
+			}
+		case KindToolResult:
+			r := model.ToolResult{CallID: e.CallID, Content: e.Result, IsError: e.IsError}
+			if l := last(); l != nil && l.Role == model.RoleTool {
+				l.ToolResults = append(l.ToolResults, r)
+				continue
+			}
+			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
+		}
+	}
+	req.Messages = msgs
+	return req
+}
+
+// eventText renders an event for the model: a request's text as it is,
+// any other event as its type, source and subject over its data.
+func eventText(typ, contentType, source, subject string, data []byte) string {
+	text := dataText(contentType, data)
+	if typ == events.TypeRequest {
+		return cut(text, maxEventText)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Event %s from %s", typ, source)
+	if subject != "" {
+		fmt.Fprintf(&b, " about %s", subject)
+	}
+	if text != "" {
+		b.WriteString(":\n")
+		b.WriteString(text)
+	}
+	return cut(b.String(), maxEventText)
+}
+
+// dataText is an event's data as text: a JSON object's "text" field when
+// it has one and is a request, else the data itself.
+func dataText(contentType string, data []byte) string {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt == "application/json" || strings.HasSuffix(mt, "+json") || (mt == "" && json.Valid(data)) {
+		var v struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(data, &v) == nil && v.Text != nil {
+			return *v.Text
+		}
+	}
+	return string(data)
+}

@@ -1,0 +1,249 @@
+package worker
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+)
+
+// Status is where a session stands (DESIGN §8).
+type Status string
+
+// Statuses of a session.
+const (
+	// StatusIdle: the session exists and waits for events.
+	StatusIdle Status = "idle"
+	// StatusWorking: a run is in progress (or was, when its worker died).
+	StatusWorking Status = "working"
+	// StatusBlocked: waiting for a human (an approval or ask_human).
+	StatusBlocked Status = "blocked"
+	// StatusPaused: interrupted; resumes on a resume control message.
+	StatusPaused Status = "paused"
+	// StatusDone: the last run ended with the model's answer; a new event
+	// starts another.
+	StatusDone Status = "done"
+	// StatusFailed: the last run failed (a model error after its retries);
+	// a new event starts another.
+	StatusFailed Status = "failed"
+	// StatusCancelled: stopped by a cancel; final.
+	StatusCancelled Status = "cancelled"
+	// StatusBudgetExceeded: a budget ran out; final.
+	StatusBudgetExceeded Status = "budget_exceeded"
+)
+
+// Final reports whether a session in status s takes no more runs: events
+// that reach it go to the dead letter stream.
+func (s Status) Final() bool { return s == StatusCancelled || s == StatusBudgetExceeded }
+
+// Resting reports whether no run is in progress in status s.
+func (s Status) Resting() bool { return s != StatusWorking }
+
+// Waiting reports whether the session waits for a human or a resume.
+func (s Status) Waiting() bool { return s == StatusBlocked || s == StatusPaused }
+
+// Kind is the kind of a transcript entry.
+type Kind string
+
+// Kinds of transcript entries (DESIGN §11).
+const (
+	KindEvent      Kind = "event"
+	KindUser       Kind = "user"
+	KindAssistant  Kind = "assistant"
+	KindToolCall   Kind = "tool_call"
+	KindToolResult Kind = "tool_result"
+	KindControl    Kind = "control"
+	KindSystem     Kind = "system"
+)
+
+// Entry is one transcript entry, stored under <agent>.<session>.log.<id>.
+// Its JSON form is the contract of `jetloop show --json`: fields may be
+// added, never renamed.
+type Entry struct {
+	// ID is the entry's place in the transcript, from 1.
+	ID   uint64    `json:"id"`
+	Kind Kind      `json:"kind"`
+	Turn int       `json:"turn"`
+	Time time.Time `json:"time"`
+	// Text is the message of event, user, assistant, control and system
+	// entries.
+	Text string `json:"text,omitempty"`
+	// Name is the tool of tool_call and tool_result entries, the event type
+	// of event entries, the verb of control entries.
+	Name string `json:"name,omitempty"`
+	// Args are a tool call's arguments, a JSON object.
+	Args json.RawMessage `json:"args,omitempty"`
+	// CallID links a tool_result (and a tool_call) to its call.
+	CallID string `json:"call_id,omitempty"`
+	// Result is what the model sees of a call; IsError marks a failure.
+	Result  string `json:"result,omitempty"`
+	IsError bool   `json:"is_error,omitempty"`
+	// Blob is the jl_blobs handle of a result too large for the context.
+	Blob string `json:"blob,omitempty"`
+	// Usage is what the model call of an assistant entry consumed.
+	Usage *model.Usage `json:"usage,omitempty"`
+	// Model is the model that answered (assistant entries).
+	Model string `json:"model,omitempty"`
+	// Event identifies the input of event and user entries.
+	Event *EventRef `json:"event,omitempty"`
+}
+
+// MarshalJSON writes is_error on every tool_result entry, false included,
+// so machines need not guess what an absent field means.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	type plain Entry
+	if e.Kind != KindToolResult {
+		return json.Marshal(plain(e))
+	}
+	return json.Marshal(struct {
+		plain
+		IsError bool `json:"is_error"`
+	}{plain(e), e.IsError})
+}
+
+// EventRef names the input an entry records.
+type EventRef struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	Type   string `json:"type"`
+	// Seq is the input's sequence in JL_IN (or JL_CTL for control).
+	Seq uint64 `json:"seq"`
+}
+
+// StepKind is the kind of a step.
+type StepKind string
+
+// Kinds of steps.
+const (
+	StepModel StepKind = "model"
+	StepTool  StepKind = "tool"
+)
+
+// Intent is a step committed before its effect: what is about to happen
+// and the transcript ids its output will use. A state that holds an intent
+// without its settlement is what recovery looks up.
+type Intent struct {
+	Kind StepKind `json:"kind"`
+	// Step numbers the session's steps, from 1.
+	Step uint64 `json:"step"`
+	Turn int    `json:"turn"`
+	// Entry is the first transcript id reserved for the step's output.
+	Entry uint64 `json:"entry"`
+	// CallID, Tool, Args and ReplaySafe describe a tool step; ReplaySafe is
+	// the tool's declaration when the intent was written.
+	CallID     string          `json:"call_id,omitempty"`
+	Tool       string          `json:"tool,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	ReplaySafe bool            `json:"replay_safe,omitempty"`
+	// Attempt counts recoveries that made the effect again.
+	Attempt int       `json:"attempt,omitempty"`
+	Owner   string    `json:"owner"`
+	Started time.Time `json:"started"`
+}
+
+// CallRef is a tool call of the last assistant message still without its
+// result.
+type CallRef struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Entry is the id of the call's tool_call entry, which holds its args.
+	Entry uint64 `json:"entry"`
+}
+
+// Steer is a text queued for the next model call's context.
+type Steer struct {
+	Text string    `json:"text"`
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+}
+
+// State is a session's turn state, stored under <agent>.<session>.state.
+// Every write is a compare-and-set on the key's revision, the session's
+// fencing token.
+type State struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	Status  Status `json:"status"`
+	// Since is when Status last changed.
+	Since time.Time `json:"since"`
+	// Reason says why a session failed, was cancelled or exceeded its
+	// budget.
+	Reason string `json:"reason,omitempty"`
+	// WaitingFor is what a blocked session waits for: the question of an
+	// ask_human call, or the call id of a pending approval.
+	WaitingFor string `json:"waiting_for,omitempty"`
+	// BlockedCall is the call a blocked session waits on.
+	BlockedCall string `json:"blocked_call,omitempty"`
+	// DefinitionVersion is the agent definition version the session runs.
+	DefinitionVersion uint64 `json:"definition_version"`
+	// Limits are the budget of that definition.
+	Limits  policies.Budget `json:"limits,omitzero"`
+	Created time.Time       `json:"created"`
+	Updated time.Time       `json:"updated"`
+	// Turns counts model calls made (a re-made call counts once).
+	Turns int `json:"turns"`
+	// Steps counts settled steps.
+	Steps uint64 `json:"steps"`
+	// Usage is the sum over settled model calls.
+	Usage model.Usage `json:"usage"`
+	// UnknownUsage counts model calls interrupted before settlement: they
+	// may have been billed, their usage is unknown.
+	UnknownUsage int `json:"unknown_usage_calls,omitempty"`
+	// NextEntry is the id the next transcript entry gets.
+	NextEntry uint64 `json:"next_entry"`
+	// InSeq is the JL_IN sequence of the last input recorded; inputs up to
+	// it are in the transcript.
+	InSeq uint64 `json:"in_seq"`
+	// CtlSeq is the JL_CTL sequence of the last control message applied.
+	CtlSeq uint64 `json:"ctl_seq"`
+	// RunStarted is when the current (or last) run began: the deadline
+	// budget counts from it.
+	RunStarted time.Time `json:"run_started,omitzero"`
+	// Calls are the last assistant message's tool calls without a result,
+	// in order.
+	Calls []CallRef `json:"calls,omitempty"`
+	// Pending is the step whose intent is committed and whose settlement
+	// is not.
+	Pending *Intent `json:"pending,omitempty"`
+	// Steers wait for the next model call.
+	Steers []Steer `json:"steers,omitempty"`
+	// Owner is the worker that wrote the state last; Epoch counts the
+	// times a worker took the session over.
+	Owner string `json:"owner,omitempty"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// newState is the state of a session that has just been created.
+func newState(agent, session string, now time.Time) State {
+	return State{
+		Agent: agent, Session: session,
+		Status: StatusIdle, Since: now,
+		Created: now, Updated: now,
+		NextEntry: 1,
+	}
+}
+
+// setStatus changes the status and, when it changed, Since.
+func (s *State) setStatus(st Status, reason string, now time.Time) {
+	if s.Status != st {
+		s.Since = now
+	}
+	s.Status = st
+	s.Reason = reason
+	if st != StatusBlocked {
+		s.WaitingFor, s.BlockedCall = "", ""
+	}
+}
+
+// clone copies the parts of s that settlements change in place.
+func (s State) clone() State {
+	c := s
+	c.Calls = append([]CallRef(nil), s.Calls...)
+	c.Steers = append([]Steer(nil), s.Steers...)
+	if s.Pending != nil {
+		p := *s.Pending
+		c.Pending = &p
+	}
+	return c
+}

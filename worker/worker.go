@@ -1,0 +1,271 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Worker runs the sessions of every agent it serves. Create it with New
+// and run it with Run; several workers (in one process or many) share the
+// work through the per-agent consumers and the session leases.
+type Worker struct {
+	cfg    Config
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	names  streams.Names
+	log    *slog.Logger
+	m      *Metrics
+	store  *store
+	leases *leases
+	in     jetstream.Stream
+
+	mu      sync.Mutex
+	runners map[string]*runner // by session key
+	wg      sync.WaitGroup     // runners
+
+	modelsMu sync.Mutex
+	models   map[string]model.Model // by agent@version
+}
+
+// New checks cfg and opens the buckets and streams the worker uses; they
+// must have been provisioned (streams.Provision).
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	w := &Worker{
+		cfg: cfg, js: js, nc: js.Conn(), names: cfg.Names,
+		log:     cfg.Log.With("worker", cfg.ID),
+		m:       cfg.Metrics,
+		runners: make(map[string]*runner),
+		models:  make(map[string]model.Model),
+	}
+	var err error
+	if w.store, err = newStore(ctx, js, cfg.Names); err != nil {
+		return nil, err
+	}
+	lkv, err := js.KeyValue(ctx, cfg.Names.BucketLeases())
+	if err != nil {
+		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketLeases(), err)
+	}
+	w.leases = &leases{js: js, kv: lkv, names: cfg.Names, bucket: cfg.Names.BucketLeases(), ttl: cfg.LeaseTTL, owner: cfg.ID}
+	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
+		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
+	}
+	return w, nil
+}
+
+// Run serves until ctx ends, then lets in-flight steps finish for
+// Config.ShutdownGrace, cancels the rest (their intents stay for
+// recovery by another worker) and returns once every session has stopped.
+func (w *Worker) Run(ctx context.Context) error {
+	w.log.Info("worker running", "agents", agentsLabel(w.cfg.Agents))
+	var err error
+	if len(w.cfg.Agents) > 0 {
+		err = w.serveFixed(ctx)
+	} else {
+		err = w.serveDiscovered(ctx)
+	}
+	w.wg.Wait()
+	w.log.Info("worker stopped")
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func agentsLabel(agents []string) any {
+	if len(agents) == 0 {
+		return "all in jl_agents"
+	}
+	return agents
+}
+
+// serveFixed consumes the configured agents until ctx ends.
+func (w *Worker) serveFixed(ctx context.Context) error {
+	var stops []func()
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	for _, a := range w.cfg.Agents {
+		stop, err := w.consume(ctx, a)
+		if err != nil {
+			return err
+		}
+		stops = append(stops, stop)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// serveDiscovered watches jl_agents and consumes each agent while its key
+// exists.
+func (w *Worker) serveDiscovered(ctx context.Context) error {
+	kv, err := w.js.KeyValue(ctx, w.names.BucketAgents())
+	if err != nil {
+		return fmt.Errorf("worker: open bucket %s: %w", w.names.BucketAgents(), err)
+	}
+	watch, err := kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return fmt.Errorf("worker: watch %s: %w", w.names.BucketAgents(), err)
+	}
+	defer watch.Stop()
+	stops := make(map[string]func())
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return fmt.Errorf("worker: watch of %s closed", w.names.BucketAgents())
+			}
+			if e == nil {
+				continue
+			}
+			agent, err := events.DecodeToken(e.Key())
+			if err != nil {
+				w.log.Warn("skipping agent key that is not a token", "key", e.Key(), "err", err)
+				continue
+			}
+			switch e.Operation() {
+			case jetstream.KeyValuePut:
+				if _, ok := stops[agent]; ok {
+					continue
+				}
+				stop, err := w.consume(ctx, agent)
+				if err != nil {
+					// A bad agent must not stop the others.
+					w.log.Error("cannot consume agent's events", "agent", agent, "err", err)
+					continue
+				}
+				stops[agent] = stop
+			default:
+				if stop, ok := stops[agent]; ok {
+					stop()
+					delete(stops, agent)
+					w.log.Info("agent removed; no longer consuming its events", "agent", agent)
+				}
+			}
+		}
+	}
+}
+
+// consume creates (or updates) the agent's durable consumer and starts
+// delivering its messages to dispatch; the returned func stops it.
+func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
+	cc, err := streams.InConsumer(w.names, agent)
+	if err != nil {
+		return nil, err
+	}
+	c, err := w.js.CreateOrUpdateConsumer(ctx, w.names.StreamIn(), cc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, w.names.StreamIn(), err)
+	}
+	log := w.log.With("agent", agent)
+	cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m) },
+		jetstream.PullMaxMessages(64),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) || ctx.Err() == nil {
+				log.Warn("consumer", "err", err)
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("worker: consume %s: %w", cc.Durable, err)
+	}
+	log.Info("consuming events", "consumer", cc.Durable)
+	return cctx.Stop, nil
+}
+
+// dispatch hands one delivery to the session's runner, starting one if
+// the session has none in this worker.
+func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		w.log.Error("delivery without metadata", "subject", m.Subject(), "err", err)
+		return
+	}
+	ref, err := w.names.ParseSession(m.Subject())
+	if err != nil {
+		w.deadLetter(ctx, m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream, "subject does not name a session: "+err.Error())
+		_ = m.Term()
+		return
+	}
+	d := delivery{msg: m, seq: meta.Sequence.Stream}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.runners[ref.Key()]; ok {
+		r.add(d)
+		return
+	}
+	if ctx.Err() != nil || len(w.runners) >= w.cfg.MaxSessions {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	r := &runner{w: w, ref: ref, log: w.log.With("agent", ref.Agent, "session", ref.Session)}
+	r.add(d)
+	w.runners[ref.Key()] = r
+	w.m.active.Inc()
+	w.wg.Go(func() { r.run(ctx) })
+}
+
+// deadLetter publishes an input the worker cannot use to JL_DLQ with the
+// reason, keeping its headers (and so its Nats-Msg-Id) and data.
+func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, data []byte, seq uint64, reason string) {
+	subj, err := w.names.DLQ("worker")
+	if err != nil {
+		w.log.Error("dead letter subject", "err", err)
+		return
+	}
+	m := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: data}
+	for k, v := range h {
+		m.Header[k] = append([]string(nil), v...)
+	}
+	m.Header.Set("Jl-Dlq-Reason", reason)
+	m.Header.Set("Jl-Dlq-Subject", subject)
+	m.Header.Set("Jl-Dlq-Seq", fmt.Sprint(seq))
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(pctx, m); err != nil {
+		w.log.Error("dead letter", "subject", subject, "seq", seq, "reason", reason, "err", err)
+		return
+	}
+	w.log.Warn("input dead-lettered", "subject", subject, "seq", seq, "reason", reason)
+}
+
+// modelFor returns the model of an agent's definition version, built once.
+func (w *Worker) modelFor(agent string, version uint64, build func() (model.Model, error)) (model.Model, error) {
+	key := fmt.Sprintf("%s@%d", agent, version)
+	w.modelsMu.Lock()
+	defer w.modelsMu.Unlock()
+	if m, ok := w.models[key]; ok {
+		return m, nil
+	}
+	m, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if len(w.models) > 1024 {
+		clear(w.models)
+	}
+	w.models[key] = m
+	return m, nil
+}
