@@ -1,0 +1,142 @@
+package tools_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jetloop/jetloop/tools"
+)
+
+func TestBuiltinSpecs(t *testing.T) {
+	r := shellRegistry(t, tools.BuiltinConfig{})
+	tests := []struct {
+		name       string
+		replaySafe bool
+		state      tools.Statefulness
+	}{
+		{name: "shell", replaySafe: false, state: tools.Resource},
+		{name: "http_get", replaySafe: true, state: tools.Stateless},
+		{name: "http_request", replaySafe: false, state: tools.Resource},
+		{name: "ask_human", replaySafe: true, state: tools.Stateless},
+		{name: "read_blob", replaySafe: true, state: tools.Stateless},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool, err := r.Get(tt.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := tool.Spec()
+			if s.ReplaySafe != tt.replaySafe || s.State != tt.state {
+				t.Fatalf("spec %+v: want replay-safe %v, %s", s, tt.replaySafe, tt.state)
+			}
+		})
+	}
+	if got := len(r.Names()); got != len(tests) {
+		t.Fatalf("%d built-ins, want %d", got, len(tests))
+	}
+}
+
+func TestBuiltinConfigValidate(t *testing.T) {
+	if err := (tools.BuiltinConfig{ShellEnv: []string{"NOEQUALS"}}).Validate(); err == nil || !strings.Contains(err.Error(), "NOEQUALS") {
+		t.Fatalf("Validate = %v, want the bad env entry named", err)
+	}
+	if err := (tools.BuiltinConfig{ShellGrace: -1}).Validate(); err == nil {
+		t.Fatal("a negative grace was accepted")
+	}
+}
+
+func TestAskHumanBlocks(t *testing.T) {
+	r := shellRegistry(t, tools.BuiltinConfig{})
+	res, err := r.Run(t.Context(), "ask_human", call(`{"question":"Merge now or wait for CI?"}`))
+	if err != nil || !res.Block || res.IsError || res.Content != "Merge now or wait for CI?" {
+		t.Fatalf("Run = %+v, %v; want a blocking result carrying the question", res, err)
+	}
+	res, err = r.Run(t.Context(), "ask_human", call(`{"question":""}`))
+	if err != nil || res.Block || !res.IsError {
+		t.Fatalf("empty question = %+v, %v; want an error result", res, err)
+	}
+}
+
+func TestReadBlobPages(t *testing.T) {
+	obs := blobStore(t)
+	// Offload a result through the registry, then read it back in pages.
+	line := "ünïcödé line %04d\n"
+	var full strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&full, line, i)
+	}
+	big := tools.NewFunc(spec("big"), func(_ context.Context, _ tools.Call) (tools.Result, error) {
+		return tools.Result{Content: full.String()}, nil
+	})
+	ts := append(tools.Builtins(tools.BuiltinConfig{Blobs: obs, BlobReadLimit: 1000}), big)
+	r, err := tools.NewRegistry(tools.RegistryOptions{Blobs: obs}, ts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(t.Context(), "big", call(`{}`))
+	if err != nil || res.Blob == "" {
+		t.Fatalf("Run(big) = %+v, %v; want an offloaded result", res, err)
+	}
+
+	var got strings.Builder
+	offset := 0
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			t.Fatal("read_blob does not advance")
+		}
+		page, err := r.Run(t.Context(), "read_blob", call(argsJSON(t, map[string]any{"handle": res.Blob, "offset": offset})))
+		if err != nil || page.IsError {
+			t.Fatalf("read_blob at %d = %+v, %v", offset, page, err)
+		}
+		header, data, _ := strings.Cut(page.Content, "\n")
+		if len(data) > 1000 {
+			t.Fatalf("page of %d bytes, limit 1000", len(data))
+		}
+		got.WriteString(data)
+		if strings.Contains(header, "end of blob") {
+			break
+		}
+		if _, err := fmt.Sscanf(header[strings.Index(header, "next part at offset"):], "next part at offset %d]", &offset); err != nil {
+			t.Fatalf("header %q: %v", header, err)
+		}
+	}
+	if got.String() != full.String() {
+		t.Fatal("pages do not add up to the stored result")
+	}
+
+	tests := []struct {
+		name  string
+		args  map[string]any
+		agent string
+		want  string
+	}{
+		{name: "another agent's blob", args: map[string]any{"handle": res.Blob}, agent: "intruder", want: "not a blob handle of this agent"},
+		{name: "not a handle", args: map[string]any{"handle": "x"}, want: "not a blob handle"},
+		{name: "missing", args: map[string]any{"handle": "pr-reviewer.s.result.nope"}, want: "no blob"},
+		{name: "past the end", args: map[string]any{"handle": res.Blob, "offset": 1 << 30}, want: "past the end"},
+		{name: "negative offset", args: map[string]any{"handle": res.Blob, "offset": -1}, want: "offset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := call(argsJSON(t, tt.args))
+			if tt.agent != "" {
+				c.Agent = tt.agent
+			}
+			res, err := r.Run(t.Context(), "read_blob", c)
+			if err != nil || !res.IsError || !strings.Contains(res.Content, tt.want) {
+				t.Fatalf("Run = %+v, %v; want an error result with %q", res, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadBlobWithoutStore(t *testing.T) {
+	r := shellRegistry(t, tools.BuiltinConfig{})
+	res, err := r.Run(t.Context(), "read_blob", call(`{"handle":"pr-reviewer.s.result.c"}`))
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "no blob store") {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+}
