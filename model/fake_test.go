@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -102,6 +103,7 @@ func fastRetries(attempts int) []model.Option {
 	return []model.Option{
 		model.WithMaxAttempts(attempts),
 		model.WithBackoff(time.Millisecond, 2*time.Millisecond),
+		model.WithLogger(slog.New(slog.DiscardHandler)),
 	}
 }
 

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,11 +138,13 @@ func compileEntry(e policies.ScriptEntry) (scriptAnswer, error) {
 		}
 		args := json.RawMessage("{}")
 		if c.Args != nil {
-			b, err := json.Marshal(c.Args)
-			if err != nil {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false) // keep "a >> b" as written
+			if err := enc.Encode(c.Args); err != nil {
 				return a, fmt.Errorf("tool_calls[%d].args: %w", j, err)
 			}
-			args = b
+			args = bytes.TrimRight(buf.Bytes(), "\n")
 		}
 		a.toolCalls = append(a.toolCalls, scriptCall{name: c.Name, args: args})
 	}
