@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/jetloop/jetloop/policies"
 )
@@ -80,7 +81,9 @@ func NewAnthropic(spec policies.Model, opts ...Option) (*Anthropic, error) {
 
 // Complete sends the transcript to the Messages API and returns the
 // assistant's answer.
-func (a *Anthropic) Complete(ctx context.Context, req Request) (Response, error) {
+func (a *Anthropic) Complete(ctx context.Context, req Request) (resp Response, err error) {
+	start := time.Now()
+	defer func() { a.opts.metrics.observeCall(ProviderAnthropic, start, resp, err) }()
 	body, err := a.encode(req)
 	if err != nil {
 		return Response{}, err
@@ -93,7 +96,7 @@ func (a *Anthropic) Complete(ctx context.Context, req Request) (Response, error)
 	if err != nil {
 		return Response{}, err
 	}
-	resp, err := parseAnthropicResponse(b)
+	resp, err = parseAnthropicResponse(b)
 	if err != nil {
 		return Response{}, &Error{Provider: ProviderAnthropic, StatusCode: http.StatusOK, Kind: ErrBadResponse, Message: err.Error()}
 	}

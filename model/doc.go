@@ -15,7 +15,9 @@
 // provider its provider field names. Functional options set what a
 // definition does not: the HTTP client, how API keys are looked up, the
 // number of attempts and the backoff, the response size bound, the logger
-// and a price overriding the list price table.
+// and a price overriding the list price table. WithMetrics reports calls,
+// attempts, durations, tokens and cost to Prometheus (see NewMetrics);
+// retries are logged with slog at warning level.
 //
 // # Failures
 //

@@ -26,6 +26,7 @@ func New(spec policies.Model, opts ...Option) (Model, error) {
 		if o.price != nil {
 			s.price, s.priced = *o.price, true
 		}
+		s.metrics = o.metrics
 		return s, nil
 	case ProviderAnthropic:
 		return NewAnthropic(spec, opts...)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/jetloop/jetloop/policies"
 )
@@ -111,7 +112,9 @@ func openAIEndpoint(base string) (string, error) {
 
 // Complete sends the transcript to the Chat Completions endpoint and
 // returns the first choice.
-func (p *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
+func (p *OpenAI) Complete(ctx context.Context, req Request) (resp Response, err error) {
+	start := time.Now()
+	defer func() { p.opts.metrics.observeCall(ProviderOpenAI, start, resp, err) }()
 	body, err := p.encode(req)
 	if err != nil {
 		return Response{}, err
@@ -125,7 +128,7 @@ func (p *OpenAI) Complete(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, err
 	}
-	resp, err := parseOpenAIResponse(b, Position(req.Messages))
+	resp, err = parseOpenAIResponse(b, Position(req.Messages))
 	if err != nil {
 		return Response{}, &Error{Provider: ProviderOpenAI, StatusCode: http.StatusOK, Kind: ErrBadResponse, Message: err.Error()}
 	}

@@ -48,6 +48,7 @@ type options struct {
 	maxResponseBytes int64
 	logger           *slog.Logger
 	price            *Price
+	metrics          *Metrics
 }
 
 func buildOptions(opts []Option) (options, error) {

@@ -36,6 +36,7 @@ type caller struct {
 	maxRetryAfter time.Duration
 	maxBody       int64
 	log           *slog.Logger
+	metrics       *Metrics
 }
 
 func newCaller(provider string, timeout time.Duration, o options) *caller {
@@ -52,6 +53,7 @@ func newCaller(provider string, timeout time.Duration, o options) *caller {
 		maxRetryAfter: o.maxRetryAfter,
 		maxBody:       o.maxResponseBytes,
 		log:           o.logger,
+		metrics:       o.metrics,
 	}
 }
 
@@ -120,12 +122,14 @@ func (c *caller) attempt(ctx context.Context, url string, header http.Header, bo
 
 	resp, err := c.client.Do(req)
 	if err != nil {
+		c.metrics.observeAttempt(c.provider, 0)
 		if context.Cause(actx) == errAttemptTimeout {
 			return nil, true, &Error{Provider: c.provider, Kind: ErrTimeout, Message: fmt.Sprintf("no response from %s within %s", url, c.timeout)}
 		}
 		return nil, true, &Error{Provider: c.provider, Kind: ErrServer, Message: fmt.Sprintf("POST %s: %v", url, unwrapURLError(err))}
 	}
 	defer resp.Body.Close()
+	c.metrics.observeAttempt(c.provider, resp.StatusCode)
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// The body of an error is best effort: its status decides.

@@ -43,6 +43,7 @@ type Scripted struct {
 	name    string
 	price   Price
 	priced  bool
+	metrics *Metrics
 	entries []scriptAnswer
 	then    scriptAnswer
 }
@@ -156,7 +157,9 @@ func (s *Scripted) Len() int { return len(s.entries) }
 
 // Complete answers the call at the position the transcript has reached. It
 // waits the entry's delay, returning ctx's error at once if ctx ends first.
-func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) {
+func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, err error) {
+	start := time.Now()
+	defer func() { s.metrics.observeCall(ProviderScripted, start, resp, err) }()
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
@@ -181,7 +184,7 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (Response, error) 
 			Kind:     a.err,
 		}
 	}
-	resp := Response{
+	resp = Response{
 		Text:       a.text,
 		Usage:      a.usage,
 		StopReason: "end_turn",
