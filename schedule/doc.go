@@ -1,0 +1,21 @@
+// Package schedule turns the schedules of agent definitions into NATS
+// server message schedules and keeps their health.
+//
+// The Reconciler keeps exactly one schedule message per (agent, schedule)
+// on jl.sched.<agent>.<schedule> in JL_IN, targeting the session's
+// jl.in.<agent>.<session> subject: it adds, replaces and removes them as
+// definitions change, idempotently and safely with several reconcilers
+// running at once (every write is conditional on the subject's last
+// sequence). The server fires the ticks, once per cluster, and after
+// downtime once rather than once per missed slot. Schedules that share a
+// pattern are spread by a stable per-schedule offset in seconds.
+//
+// Ticks are CloudEvents of type dev.jetloop.tick whose id is derived from
+// the schedule subject and the slot (Tick), so a tick produced twice is
+// processed once. The Health store (jl_schedules) counts consecutive
+// failures and trips the breaker; a suspended schedule has no schedule
+// message until it is resumed.
+//
+// The overlap policy and the per-tick timeout are applied by the worker,
+// which runs the tick's session; this package only defines them.
+package schedule

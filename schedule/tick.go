@@ -1,0 +1,97 @@
+package schedule
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/events"
+)
+
+// ErrNotTick reports a message that was not fired by a schedule.
+var ErrNotTick = errors.New("message is not a schedule tick")
+
+// Tick is one firing of a schedule, read from the message the server
+// published to the target subject.
+type Tick struct {
+	// ID is derived from the schedule subject and the slot: the same for a
+	// tick the server produced twice (a leader change mid-fire), different
+	// for every slot.
+	ID string
+	// Spec is the schedule as installed when the tick fired.
+	Spec Spec
+	// Next is the slot after this one, as the server reported it.
+	Next time.Time
+	// Slot is the slot that fired (zero when it cannot be derived).
+	Slot time.Time
+	// Session is the session the tick runs in: the persistent session, or
+	// for an ephemeral schedule one named by the schedule and the slot.
+	Session string
+	// Event is the tick as a CloudEvent, its id set to ID.
+	Event event.Event
+}
+
+// IsTick reports whether m was fired by a schedule.
+func IsTick(m *nats.Msg) bool {
+	return m.Header != nil && m.Header.Get(HeaderScheduler) != "" && m.Header.Get(HeaderNext) != ""
+}
+
+// ParseTick reads a tick from the message the server fired.
+func ParseTick(m *nats.Msg) (Tick, error) {
+	if !IsTick(m) {
+		return Tick{}, fmt.Errorf("schedule: %w: %s has no %s and %s headers", ErrNotTick, m.Subject, HeaderScheduler, HeaderNext)
+	}
+	scheduler, nextHdr := m.Header.Get(HeaderScheduler), m.Header.Get(HeaderNext)
+	e, err := events.FromMsg(m)
+	if err != nil {
+		return Tick{}, fmt.Errorf("schedule: tick from %s: %w", scheduler, err)
+	}
+	if e.Type() != events.TypeTick {
+		return Tick{}, fmt.Errorf("schedule: %w: %s fired an event of type %q", ErrNotTick, scheduler, e.Type())
+	}
+	var spec Spec
+	if err := json.Unmarshal(e.Data(), &spec); err != nil {
+		return Tick{}, fmt.Errorf("schedule: tick from %s: decode its schedule: %w", scheduler, err)
+	}
+	if p, err := ParsePattern(spec.Expr, spec.TimeZone, ""); err == nil {
+		spec.pattern = p
+	}
+	t := Tick{Spec: spec, ID: TickID(scheduler, nextHdr), Session: spec.Session}
+	if next, err := time.Parse(time.RFC3339Nano, nextHdr); err == nil {
+		t.Next = next.UTC()
+		t.Slot = spec.pattern.Slot(t.Next)
+	}
+	if spec.Mode == Ephemeral {
+		t.Session = EphemeralSession(spec.Schedule, t.Slot, t.ID)
+		e.SetExtension(events.ExtSession, t.Session)
+	}
+	e.SetID(t.ID)
+	if !t.Slot.IsZero() {
+		e.SetTime(t.Slot)
+	}
+	t.Event = e
+	return t, nil
+}
+
+// TickID is the id of the tick a schedule subject fired for the slot
+// before next ("purge" for a one-off @at).
+func TickID(scheduler, next string) string {
+	h := sha256.Sum256([]byte(scheduler + "\x00" + next))
+	return "tick-" + hex.EncodeToString(h[:16])
+}
+
+// EphemeralSession names the session of one ephemeral tick: the schedule
+// and the slot, e.g. "nightly-20261130T000000Z"; the tick id when the slot
+// is unknown.
+func EphemeralSession(schedule string, slot time.Time, id string) string {
+	if slot.IsZero() {
+		return schedule + "-" + id
+	}
+	return schedule + "-" + slot.UTC().Format("20060102T150405Z")
+}
