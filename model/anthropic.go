@@ -33,7 +33,8 @@ const (
 )
 
 // Anthropic calls the Anthropic Messages API (non-streaming), with the
-// retry policy of retry.go.
+// retry policy described in the package documentation. It is safe for
+// concurrent use.
 type Anthropic struct {
 	endpoint string
 	key      string

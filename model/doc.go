@@ -65,6 +65,7 @@
 //	  provider: anthropic
 //	  name: claude-sonnet-4-5
 //	  max_tokens: 4096          # default 8192; the API requires a bound
+//	                            # (claude-3 opus and haiku allow 4096 at most)
 //	  timeout: 90s
 //
 // The key is read from ANTHROPIC_API_KEY, or the variable api_key_env

@@ -29,7 +29,8 @@ const (
 
 // OpenAI calls a Chat Completions endpoint (non-streaming): OpenAI itself,
 // or any server speaking the same API, such as Ollama, vLLM and the
-// llama.cpp server. See the package documentation for base_url.
+// llama.cpp server. See the package documentation for base_url. It is safe
+// for concurrent use.
 type OpenAI struct {
 	endpoint string
 	key      string // empty: no Authorization header (local servers)

@@ -26,6 +26,7 @@ const (
 // script is the number of assistant messages already in the request's
 // transcript, so a session continues where it was after a crash, and a call
 // made again (recovery of an unsettled model step) gets the same answer.
+// It is safe for concurrent use.
 //
 // An entry with an error fails the call with the matching *Error. A failed
 // call adds nothing to the transcript, so every call made at that position
