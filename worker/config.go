@@ -112,6 +112,10 @@ type Config struct {
 	// LeaseTTL is the session lease's lifetime without renewal; renewed
 	// every third of it. Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// AckWait is how long the agents' consumers wait for an ack or a
+	// progress signal before redelivering; every worker of a deployment
+	// must use the same. Default streams.DefaultInAckWait.
+	AckWait time.Duration
 	// MaxSessions bounds sessions running at once in this worker.
 	MaxSessions int
 	// ToolTimeout bounds a tool call whose spec sets no timeout.
@@ -142,6 +146,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.AckWait == 0 {
+		c.AckWait = streams.DefaultInAckWait
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -177,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("LeaseTTL %s: want at least 1s", c.LeaseTTL))
+	}
+	if c.AckWait != 0 && c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("AckWait %s: want at least 1s", c.AckWait))
 	}
 	if c.MaxSessions < 0 {
 		errs = append(errs, fmt.Errorf("MaxSessions %d is negative", c.MaxSessions))

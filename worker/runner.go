@@ -204,7 +204,7 @@ func (r *runner) session(ctx context.Context) error {
 // period once ctx ends.
 func (r *runner) keep(ctx, sctx context.Context, cancel context.CancelCauseFunc, ls *lease) {
 	w := r.w
-	every := min(w.cfg.LeaseTTL/3, streams.DefaultInAckWait/3)
+	every := min(w.cfg.LeaseTTL/3, w.cfg.AckWait/3)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var grace <-chan time.Time

@@ -95,7 +95,7 @@ func (s *session) loop(ctx, sctx context.Context) error {
 		case s.st.Status == StatusWorking:
 			err = s.next(sctx)
 		default:
-			s.trace(sctx, TracePoint{Phase: PhaseAck})
+			s.trace(sctx, TracePoint{Phase: PhaseAck, Step: s.st.Steps})
 			s.r.ack(s.st)
 			in, ierr := s.r.nextInput(sctx, s.st.InSeq)
 			if ierr != nil {

@@ -176,6 +176,7 @@ func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	cc.AckWait = w.cfg.AckWait
 	c, err := w.js.CreateOrUpdateConsumer(ctx, w.names.StreamIn(), cc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, w.names.StreamIn(), err)
