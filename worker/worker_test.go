@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
@@ -223,5 +225,192 @@ func TestRunToDone(t *testing.T) {
 	list, err := worker.List(context.Background(), e.js, e.names)
 	if err != nil || len(list) != 1 || list[0].Session != "octo/repo#1" || list[0].Turns != 3 {
 		t.Fatalf("list = %+v, %v", list, err)
+	}
+}
+
+// gated wraps a model so a test can hold a call in flight.
+type gated struct {
+	inner   model.Model
+	calling chan struct{} // receives when a call starts
+	release chan struct{} // a call returns once this is closed
+}
+
+func (g *gated) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	select {
+	case g.calling <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return model.Response{}, ctx.Err()
+	}
+	return g.inner.Complete(ctx, req)
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestStaleWorkerFenced takes a session away from a worker while its model
+// call is in flight, as a successor would after the worker's lease lapsed:
+// the worker's settlement is refused (it is fenced) and it writes nothing;
+// when the session comes back to it, it recovers the interrupted call.
+func TestStaleWorkerFenced(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	g := &gated{calling: make(chan struct{}, 1), release: make(chan struct{})}
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "hi"})}
+	reg := prometheus.NewRegistry()
+	m := worker.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Metrics: m,
+		Models: func(spec policies.Model) (model.Model, error) {
+			inner, err := model.NewScripted(spec)
+			g.inner = inner
+			return g, err
+		}})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "hello")
+	<-g.calling
+
+	// A successor takes the lease and claims the state.
+	leases, _ := e.js.KeyValue(ctx, e.names.BucketLeases())
+	sessions, _ := e.js.KeyValue(ctx, e.names.BucketSessions())
+	if err := leases.Purge(ctx, e.names.LeaseKey(ref)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Create(ctx, e.names.LeaseKey(ref), []byte(`{"owner":"successor"}`), jetstream.KeyTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	kve, err := sessions.Get(ctx, e.names.StateKey(ref))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st worker.State
+	if err := json.Unmarshal(kve.Value(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending == nil || st.Pending.Kind != worker.StepModel {
+		t.Fatalf("state during the call has no model intent: %+v", st)
+	}
+	st.Owner, st.Epoch = "successor", st.Epoch+1
+	b, _ := json.Marshal(st)
+	claimed, err := sessions.Update(ctx, e.names.StateKey(ref), b, kve.Revision())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	close(g.release)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if v := metricValue(t, reg, "jetloop_worker_fenced_total"); v != 1 {
+			return fmt.Errorf("fenced_total %v", v)
+		}
+		return nil
+	})
+	// The fenced worker wrote nothing.
+	kve, err = sessions.Get(ctx, e.names.StateKey(ref))
+	if err != nil || kve.Revision() != claimed {
+		t.Fatalf("state revision %d after the fenced settlement, want %d (err %v)", kve.Revision(), claimed, err)
+	}
+
+	// The successor goes away; the session comes back and is recovered.
+	if err := leases.Purge(ctx, e.names.LeaseKey(ref)); err != nil {
+		t.Fatal(err)
+	}
+	tr := e.waitStatus(t, ref, worker.StatusDone)
+	if got, want := kinds(tr), "user,system,assistant"; got != want {
+		t.Fatalf("transcript %s, want %s", got, want)
+	}
+	if tr.Budget.Usage.UnknownUsageCalls != 1 || tr.Budget.Usage.Turns != 1 {
+		t.Fatalf("usage %+v: want the interrupted call recorded once", tr.Budget.Usage)
+	}
+}
+
+// TestLoopingAgentStopsAtTurnCeiling runs an agent whose model calls a
+// tool forever: it ends as budget_exceeded at max_turns, every call
+// answered, and a later event goes to the dead letter stream.
+func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	loop := callLedger("again")
+	def := policies.Definition{Name: "looper", Tools: []string{"ledger"}, Budget: policies.Budget{MaxTurns: 3},
+		Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{loop}, Then: &loop}}
+	statuses, err := e.js.Conn().SubscribeSync(e.names.StatusAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, worker.Config{Definitions: defs{"looper": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"looper"}})
+	ref := e.ref(t, "looper", "s1")
+	e.send(t, ref, "go")
+	tr := e.waitStatus(t, ref, worker.StatusBudgetExceeded)
+	if !strings.Contains(tr.Reason, "max_turns 3") || tr.Budget.Usage.Turns != 3 {
+		t.Fatalf("reason %q, turns %d", tr.Reason, tr.Budget.Usage.Turns)
+	}
+	checkCalls(t, tr)
+	if n := len(led.lines(t)); n != 3 {
+		t.Fatalf("tool ran %d times, want 3", n)
+	}
+	var seen []string
+	for len(seen) < 2 {
+		m, err := statuses.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("status messages %v: %v", seen, err)
+		}
+		var ch worker.StatusChange
+		if err := json.Unmarshal(m.Data, &ch); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, string(ch.Status))
+	}
+	if strings.Join(seen, ",") != "working,budget_exceeded" {
+		t.Fatalf("status messages %v", seen)
+	}
+
+	// The session is over: a new event is dead-lettered, not run.
+	e.send(t, ref, "more")
+	dlq, err := e.js.Stream(ctx, e.names.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		m, err := dlq.GetLastMsgForSubject(ctx, e.names.DLQAll())
+		if err != nil {
+			return err
+		}
+		if r := m.Header.Get("Jl-Dlq-Reason"); r != "session is budget_exceeded" {
+			return fmt.Errorf("dead letter reason %q", r)
+		}
+		return nil
+	})
+	audit, err := e.js.Stream(ctx, e.names.StreamAudit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := audit.Info(ctx)
+	if err != nil || info.State.Msgs != 2 {
+		t.Fatalf("audit records: %+v %v", info.State, err)
 	}
 }
