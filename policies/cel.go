@@ -1,0 +1,208 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+)
+
+// Limits of rule evaluation.
+const (
+	// CostLimit bounds the runtime cost of one evaluation of one
+	// expression, in CEL cost units (roughly one per operation and per
+	// element a macro visits). A rule that exceeds it fails with an
+	// evaluation error instead of holding the ingest.
+	CostLimit = 100_000
+	// MaxExpressionLen bounds the source length of one expression.
+	MaxExpressionLen = 4 << 10
+	// interruptEvery is how many comprehension iterations run between
+	// checks of the evaluation's context.
+	interruptEvery = 64
+)
+
+// The variables rules see, and the fields each declares. A selection of
+// any other field on these variables is refused when the rule compiles,
+// so a misspelt attribute fails at apply time, not on every event.
+var (
+	// EventFields are the fields of `event`: the CloudEvents attributes,
+	// `data` (the parsed JSON body, or the body as a string for text) and
+	// `extensions` (a map of extension attributes to their string values).
+	EventFields = []string{"id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "specversion", "data", "extensions"}
+	// ToolFields are the fields of `tool` in approval rules.
+	ToolFields = []string{"name", "args", "replay_safe"}
+	// SessionFields are the fields of `session` in approval rules.
+	SessionFields = []string{"agent", "name", "turn", "tokens", "cost_usd"}
+)
+
+// exprKind is what an expression is for: which variables it sees and
+// which result type it must have.
+type exprKind int
+
+const (
+	condOverEvent   exprKind = iota // trigger when: bool over event
+	stringOverEvent                 // trigger session, rate key: string over event
+	condOverTool                    // approval when: bool over tool, session
+)
+
+var envs = sync.OnceValues(func() ([2]*cel.Env, error) {
+	common := []cel.EnvOption{ext.Strings(), cel.CrossTypeNumericComparisons(true)}
+	ev, err := cel.NewEnv(append(common, cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)))...)
+	if err != nil {
+		return [2]*cel.Env{}, err
+	}
+	ap, err := cel.NewEnv(append(common,
+		cel.Variable("tool", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("session", cel.MapType(cel.StringType, cel.DynType)))...)
+	return [2]*cel.Env{ev, ap}, err
+})
+
+// exprError is a compile error of one expression, positioned within it
+// (1-based line and column; 0 when unknown).
+type exprError struct {
+	line, col int
+	msg       string
+}
+
+func (e *exprError) Error() string { return e.msg }
+
+// Expr is one compiled CEL expression. It is safe for concurrent use.
+type Expr struct {
+	src  string
+	kind exprKind
+	prg  cel.Program
+}
+
+// String returns the expression's source.
+func (x *Expr) String() string { return x.src }
+
+// compileExpr parses, type-checks and plans src for kind.
+func compileExpr(src string, kind exprKind) (*Expr, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, &exprError{msg: "empty expression"}
+	}
+	if len(src) > MaxExpressionLen {
+		return nil, &exprError{msg: fmt.Sprintf("expression is %d bytes, max %d", len(src), MaxExpressionLen)}
+	}
+	all, err := envs()
+	if err != nil {
+		return nil, fmt.Errorf("policies: CEL environment: %w", err)
+	}
+	env := all[0]
+	known := map[string][]string{"event": EventFields}
+	if kind == condOverTool {
+		env = all[1]
+		known = map[string][]string{"tool": ToolFields, "session": SessionFields}
+	}
+	checked, iss := env.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		errs := iss.Errors()
+		if len(errs) == 0 {
+			return nil, &exprError{msg: iss.Err().Error()}
+		}
+		first := errs[0]
+		msg := "CEL: " + first.Message
+		if len(errs) > 1 {
+			msg += fmt.Sprintf(" (and %d more)", len(errs)-1)
+		}
+		return nil, &exprError{line: first.Location.Line(), col: first.Location.Column() + 1, msg: msg}
+	}
+	if err := checkFields(checked, known); err != nil {
+		return nil, err
+	}
+	want := cel.BoolType
+	if kind == stringOverEvent {
+		want = cel.StringType
+	}
+	if out := checked.OutputType(); !out.IsExactType(want) && !out.IsExactType(cel.DynType) {
+		return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want %s", out, want)}
+	}
+	prg, err := env.Program(checked,
+		cel.CostLimit(CostLimit),
+		cel.InterruptCheckFrequency(interruptEvery),
+		cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, &exprError{msg: "CEL: " + err.Error()}
+	}
+	return &Expr{src: src, kind: kind, prg: prg}, nil
+}
+
+// checkFields refuses a selection of an undeclared field on a declared
+// variable, such as event.tpye.
+func checkFields(checked *cel.Ast, known map[string][]string) error {
+	native := checked.NativeRep()
+	var bad *exprError
+	ast.PreOrderVisit(ast.NavigateAST(native), ast.NewExprVisitor(func(e ast.Expr) {
+		if bad != nil || e.Kind() != ast.SelectKind {
+			return
+		}
+		sel := e.AsSelect()
+		op := sel.Operand()
+		if op.Kind() != ast.IdentKind {
+			return
+		}
+		fields, ok := known[op.AsIdent()]
+		if !ok || slices.Contains(fields, sel.FieldName()) {
+			return
+		}
+		loc := native.SourceInfo().GetStartLocation(e.ID())
+		bad = &exprError{
+			line: loc.Line(), col: loc.Column() + 1,
+			msg: fmt.Sprintf("CEL: %s has no field %q (it has %s)", op.AsIdent(), sel.FieldName(), strings.Join(fields, ", ")),
+		}
+	}))
+	if bad != nil {
+		return bad
+	}
+	return nil
+}
+
+// ErrEval marks a rule whose evaluation failed: a missing key, a type
+// error, the cost limit, or the context ending.
+var ErrEval = errors.New("policies: rule evaluation failed")
+
+func (x *Expr) eval(ctx context.Context, vars Vars) (ref.Val, error) {
+	// The interpreter recognises a plain map, not a named map type.
+	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrEval, x.src, err)
+	}
+	if types.IsError(out) {
+		return nil, fmt.Errorf("%w: %s: %v", ErrEval, x.src, out)
+	}
+	return out, nil
+}
+
+// EvalBool evaluates a condition.
+func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
+	out, err := x.eval(ctx, vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("%w: %s: result is %s, want bool", ErrEval, x.src, out.Type().TypeName())
+	}
+	return b, nil
+}
+
+// EvalString evaluates a string expression.
+func (x *Expr) EvalString(ctx context.Context, vars Vars) (string, error) {
+	out, err := x.eval(ctx, vars)
+	if err != nil {
+		return "", err
+	}
+	s, ok := out.Value().(string)
+	if !ok {
+		return "", fmt.Errorf("%w: %s: result is %s, want string", ErrEval, x.src, out.Type().TypeName())
+	}
+	return s, nil
+}

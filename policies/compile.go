@@ -1,0 +1,358 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+	"unicode/utf8"
+)
+
+// MaxPromptLen bounds a rendered trigger prompt, in bytes.
+const MaxPromptLen = 64 << 10
+
+// Compiled is a validated definition with every rule compiled. It is
+// immutable and safe for concurrent use.
+type Compiled struct {
+	Definition Definition
+	Triggers   []*CompiledTrigger
+	Approvals  []*CompiledApproval
+}
+
+// CompiledTrigger is a trigger with its expressions compiled.
+type CompiledTrigger struct {
+	Trigger
+	// When is the admission condition.
+	When *Expr
+	// Session names the session; nil when the trigger has none (see
+	// DefaultSession).
+	Session *Expr
+	// RateKey is the rate limit key; nil without a rate limit.
+	RateKey *Expr
+	prompt  *template.Template
+}
+
+// CompiledApproval is an approval gate with its condition compiled.
+type CompiledApproval struct {
+	Approval
+	When *Expr
+}
+
+// Rule names the trigger in decisions and dead letters: "agent/trigger".
+func (t *CompiledTrigger) Rule(agent string) string { return agent + "/" + t.Name }
+
+// Admits reports whether the trigger's condition holds for vars.
+func (t *CompiledTrigger) Admits(ctx context.Context, vars Vars) (bool, error) {
+	return t.When.EvalBool(ctx, vars)
+}
+
+// SessionOf returns the session an admitted event goes to: the trigger's
+// session expression, else DefaultSession.
+func (t *CompiledTrigger) SessionOf(ctx context.Context, vars Vars) (string, error) {
+	if t.Session == nil {
+		return DefaultSession(vars), nil
+	}
+	s, err := t.Session.EvalString(ctx, vars)
+	if err != nil {
+		return "", err
+	}
+	if s == "" {
+		return "", fmt.Errorf("%w: session %s is empty", ErrEval, t.Session)
+	}
+	return s, nil
+}
+
+// DefaultSession is the session of a trigger without a session
+// expression: the event's jlsession extension, else its subject, else its
+// id (a fresh session per event).
+func DefaultSession(vars Vars) string {
+	ev := vars.Event()
+	if exts, ok := ev["extensions"].(map[string]any); ok {
+		if s, ok := exts["jlsession"].(string); ok && s != "" {
+			return s
+		}
+	}
+	if s, _ := ev["subject"].(string); s != "" {
+		return s
+	}
+	s, _ := ev["id"].(string)
+	return s
+}
+
+// RenderPrompt renders the trigger's prompt template with the event as
+// its dot ({{.data.pull_request.title}}); "" when the trigger has none.
+func (t *CompiledTrigger) RenderPrompt(vars Vars) (string, error) {
+	if t.prompt == nil {
+		return "", nil
+	}
+	var b limitedBuilder
+	if err := t.prompt.Execute(&b, vars.Event()); err != nil {
+		return "", fmt.Errorf("%w: prompt of trigger %s: %w", ErrEval, t.Name, err)
+	}
+	return b.String(), nil
+}
+
+type limitedBuilder struct{ strings.Builder }
+
+func (b *limitedBuilder) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > MaxPromptLen {
+		return 0, fmt.Errorf("rendered prompt exceeds %d bytes", MaxPromptLen)
+	}
+	return b.Builder.Write(p)
+}
+
+// NeedsApproval returns the first approval gate whose condition holds for
+// the tool call in the session, by its name (or "approvals[i]" when it has
+// none).
+func (c *Compiled) NeedsApproval(ctx context.Context, tool ToolCall, s SessionInfo) (gate string, need bool, err error) {
+	vars := ApprovalVars(tool, s)
+	for i, a := range c.Approvals {
+		ok, err := a.When.EvalBool(ctx, vars)
+		if err != nil {
+			return approvalName(a.Approval, i), false, err
+		}
+		if ok {
+			return approvalName(a.Approval, i), true, nil
+		}
+	}
+	return "", false, nil
+}
+
+func approvalName(a Approval, i int) string {
+	if a.Name != "" {
+		return a.Name
+	}
+	return fmt.Sprintf("approvals[%d]", i)
+}
+
+// Compile validates d and compiles its rules. Errors wrap ErrInvalid and
+// are *Error values (joined when there are several) naming the field; they
+// carry no line, as d has no file. Use Parse for YAML.
+func Compile(d Definition) (*Compiled, error) {
+	return compile(d, nil)
+}
+
+// locate returns the position of a field path in the source, if known.
+type locate func(field string) (line, col int, block bool)
+
+var (
+	nameRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	providers  = []string{"scripted", "anthropic", "openai"}
+	scriptErrs = []string{"rate_limited", "server_error", "timeout"}
+	sessModes  = []string{"", "persistent", "ephemeral"}
+	overlaps   = []string{"", "skip", "queue_one", "cancel_previous"}
+)
+
+type checker struct {
+	loc  locate
+	errs []error
+}
+
+func (c *checker) add(field string, err error) {
+	e := &Error{Field: field, Err: err}
+	if c.loc != nil {
+		e.Line, e.Column, _ = c.loc(field)
+	}
+	c.errs = append(c.errs, e)
+}
+
+func (c *checker) addf(field, format string, args ...any) {
+	c.add(field, fmt.Errorf(format, args...))
+}
+
+func (c *checker) expr(field, src string, kind exprKind) *Expr {
+	x, err := compileExpr(src, kind)
+	if err == nil {
+		return x
+	}
+	e := &Error{Field: field, Err: err}
+	if c.loc != nil {
+		line, col, block := c.loc(field)
+		e.Line, e.Column = line, col
+		var xe *exprError
+		if errors.As(err, &xe) && xe.line > 0 && line > 0 {
+			// Position the CEL error within the file: a block scalar
+			// starts on the line after its key.
+			e.Line = line + xe.line - 1
+			if block {
+				e.Line++
+				e.Column = xe.col
+			} else if xe.line == 1 {
+				e.Column = col + xe.col - 1
+			} else {
+				e.Column = xe.col
+			}
+		}
+	}
+	c.errs = append(c.errs, e)
+	return nil
+}
+
+func oneOf(v string, allowed []string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}
+
+func compile(d Definition, loc locate) (*Compiled, error) {
+	c := &checker{loc: loc}
+	out := &Compiled{Definition: d}
+	switch {
+	case d.Name == "":
+		c.addf("name", "required")
+	case !nameRE.MatchString(d.Name):
+		c.addf("name", "%q: want 1 to 64 letters, digits, '-' and '_', starting with a letter or digit", d.Name)
+	}
+	checkModel(c, d.Model)
+	seen := map[string]bool{}
+	for i, t := range d.Tools {
+		f := fmt.Sprintf("tools[%d]", i)
+		switch {
+		case strings.TrimSpace(t) == "":
+			c.addf(f, "empty tool name")
+		case seen[t]:
+			c.addf(f, "tool %q listed twice", t)
+		}
+		seen[t] = true
+	}
+	b := d.Budget
+	if b.MaxTurns < 0 || b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxHops < 0 {
+		c.addf("budget", "limits must not be negative")
+	}
+	seen = map[string]bool{}
+	for i, t := range d.Triggers {
+		f := fmt.Sprintf("triggers[%d]", i)
+		ct := &CompiledTrigger{Trigger: t}
+		switch {
+		case t.Name == "":
+			c.addf(f+".name", "required")
+		case !nameRE.MatchString(t.Name):
+			c.addf(f+".name", "%q: want letters, digits, '-' and '_'", t.Name)
+		case seen[t.Name]:
+			c.addf(f+".name", "trigger %q declared twice", t.Name)
+		}
+		seen[t.Name] = true
+		if t.When == "" {
+			c.addf(f+".when", "required: a CEL condition over event")
+		} else {
+			ct.When = c.expr(f+".when", t.When, condOverEvent)
+		}
+		if t.Session != "" {
+			ct.Session = c.expr(f+".session", t.Session, stringOverEvent)
+		}
+		if t.Prompt != "" {
+			tpl, err := template.New(t.Name).Option("missingkey=zero").Parse(t.Prompt)
+			if err != nil {
+				c.add(f+".prompt", fmt.Errorf("template: %w", err))
+			}
+			ct.prompt = tpl
+		}
+		if r := t.Rate; r != nil {
+			if r.Key == "" {
+				c.addf(f+".rate.key", "required: a CEL string expression over event")
+			} else {
+				ct.RateKey = c.expr(f+".rate.key", r.Key, stringOverEvent)
+			}
+			if !(r.PerMinute > 0) || r.PerMinute > 1e6 {
+				c.addf(f+".rate.per_minute", "%v: want more than 0 and at most 1000000", r.PerMinute)
+			}
+			if r.Burst < 0 || r.Burst > 1e6 {
+				c.addf(f+".rate.burst", "%d: want 0 (default: per_minute) to 1000000", r.Burst)
+			}
+		}
+		if db := t.Debounce; db != nil && (db.Window.D() < MinDebounce || db.Window.D() > MaxDebounce) {
+			c.addf(f+".debounce.window", "%s: want %s to %s", db.Window.D(), MinDebounce, MaxDebounce)
+		}
+		if t.MaxConcurrent < 0 {
+			c.addf(f+".max_concurrent", "must not be negative")
+		}
+		out.Triggers = append(out.Triggers, ct)
+	}
+	seen = map[string]bool{}
+	for i, s := range d.Schedules {
+		f := fmt.Sprintf("schedules[%d]", i)
+		switch {
+		case s.Name == "":
+			c.addf(f+".name", "required")
+		case !nameRE.MatchString(s.Name):
+			c.addf(f+".name", "%q: want letters, digits, '-' and '_'", s.Name)
+		case seen[s.Name]:
+			c.addf(f+".name", "schedule %q declared twice", s.Name)
+		}
+		seen[s.Name] = true
+		if strings.TrimSpace(s.Cron) == "" {
+			c.addf(f+".cron", "required: a 6-field cron, @hourly and the like, or @every 5m")
+		}
+		if !oneOf(s.Session, sessModes) {
+			c.addf(f+".session", "%q: want persistent or ephemeral", s.Session)
+		}
+		if !oneOf(s.Overlap, overlaps) {
+			c.addf(f+".overlap", "%q: want skip, queue_one or cancel_previous", s.Overlap)
+		}
+		if s.MaxFailures < 0 {
+			c.addf(f+".max_failures", "must not be negative")
+		}
+	}
+	for i, a := range d.Approvals {
+		f := fmt.Sprintf("approvals[%d]", i)
+		ca := &CompiledApproval{Approval: a}
+		if a.When == "" {
+			c.addf(f+".when", "required: a CEL condition over tool and session")
+		} else {
+			ca.When = c.expr(f+".when", a.When, condOverTool)
+		}
+		out.Approvals = append(out.Approvals, ca)
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return out, nil
+}
+
+func checkModel(c *checker, m Model) {
+	switch {
+	case m.Provider == "":
+		c.addf("model.provider", "required: one of %s", strings.Join(providers, ", "))
+		return
+	case !oneOf(m.Provider, providers):
+		c.addf("model.provider", "%q: want one of %s", m.Provider, strings.Join(providers, ", "))
+		return
+	}
+	if m.Provider != "scripted" {
+		if m.Name == "" {
+			c.addf("model.name", "required for provider %s", m.Provider)
+		}
+		if len(m.Script) > 0 || m.Then != nil {
+			c.addf("model.script", "only the scripted provider takes a script")
+		}
+	}
+	if m.MaxTokens < 0 {
+		c.addf("model.max_tokens", "must not be negative")
+	}
+	entries := m.Script
+	if m.Then != nil {
+		entries = append(entries[:len(entries):len(entries)], *m.Then)
+	}
+	for i, e := range entries {
+		f := fmt.Sprintf("model.script[%d]", i)
+		if i == len(m.Script) {
+			f = "model.then"
+		}
+		if e.Error != "" && !oneOf(e.Error, scriptErrs) {
+			c.addf(f+".error", "%q: want one of %s", e.Error, strings.Join(scriptErrs, ", "))
+		}
+		if !utf8.ValidString(e.Text) {
+			c.addf(f+".text", "not valid UTF-8")
+		}
+		for j, tc := range e.ToolCalls {
+			if tc.Name == "" {
+				c.addf(fmt.Sprintf("%s.tool_calls[%d].name", f, j), "required")
+			}
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package policies_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/jetloop/jetloop/policies"
+)
+
+// FuzzParse feeds arbitrary bytes to the definition loader: it must never
+// panic, and everything it refuses is an ErrInvalid with positioned
+// problems.
+func FuzzParse(f *testing.F) {
+	for _, p := range []string{"testdata/pr-reviewer.yaml", "testdata/bad-cel.yaml"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := policies.Parse("fuzz.yaml", data)
+		if err != nil {
+			if !errors.Is(err, policies.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			if len(policies.Errors(err)) == 0 {
+				t.Fatalf("error %v holds no *Error", err)
+			}
+			return
+		}
+		if _, err := policies.Compile(c.Definition); err != nil {
+			t.Fatalf("parsed definition does not compile again: %v", err)
+		}
+	})
+}
+
+// FuzzRule compiles arbitrary trigger conditions and evaluates those that
+// compile against an event with arbitrary JSON data: no panic, and every
+// evaluation ends with a bool or an ErrEval.
+func FuzzRule(f *testing.F) {
+	f.Add(`event.type == "com.github.push" && event.data.ref.startsWith("refs/heads/")`, `{"ref":"refs/heads/main"}`)
+	f.Add(`event.data.items.all(x, x > 1)`, `{"items":[1,2,3]}`)
+	f.Add(`size(event.data.a) > 2 || event.extensions.jlagent == "a"`, `{"a":"xyz"}`)
+	f.Add(`event.data`, `true`)
+	f.Fuzz(func(t *testing.T, when, data string) {
+		def := policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+			Triggers: []policies.Trigger{{Name: "t", When: when}}}
+		c, err := policies.Compile(def)
+		if err != nil {
+			return
+		}
+		e := event.New()
+		e.SetID("1")
+		e.SetSource("s")
+		e.SetType("com.github.push")
+		if err := e.SetData("application/json", []byte(data)); err != nil {
+			return
+		}
+		vars, err := policies.EventVars(e)
+		if err != nil {
+			return
+		}
+		if _, err := c.Triggers[0].Admits(context.Background(), vars); err != nil && !errors.Is(err, policies.ErrEval) {
+			t.Fatalf("evaluation error %v is not ErrEval", err)
+		}
+	})
+}

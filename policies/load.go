@@ -1,0 +1,212 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+)
+
+// Bounds of definition files.
+const (
+	// MaxFileSize bounds one definition file, in bytes.
+	MaxFileSize = 1 << 20
+	// MinDebounce and MaxDebounce bound a trigger's debounce window. The
+	// server fires delayed messages at whole seconds.
+	MinDebounce = time.Second
+	MaxDebounce = time.Hour
+)
+
+// Parse reads one agent definition from YAML, validates it and compiles
+// its rules. file names the source in errors. Errors wrap ErrInvalid and
+// are *Error values (joined when there are several) with the line and
+// column of the field at fault; for a CEL error, of the fault within the
+// expression.
+func Parse(file string, data []byte) (*Compiled, error) {
+	if len(data) > MaxFileSize {
+		return nil, &Error{File: file, Err: fmt.Errorf("%d bytes, max %d", len(data), MaxFileSize)}
+	}
+	f, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil, yamlError(file, err)
+	}
+	var docs []*ast.DocumentNode
+	for _, d := range f.Docs {
+		if d != nil && d.Body != nil {
+			docs = append(docs, d)
+		}
+	}
+	switch len(docs) {
+	case 0:
+		return nil, &Error{File: file, Err: errors.New("empty: want one agent definition")}
+	case 1:
+	default:
+		return nil, &Error{File: file, Line: docs[1].Body.GetToken().Position.Line, Err: errors.New("more than one YAML document: want one agent a file")}
+	}
+	body := docs[0].Body
+	// Aliases can expand exponentially and nothing in a definition needs
+	// them.
+	for _, typ := range []ast.NodeType{ast.AliasType, ast.AnchorType} {
+		if n := ast.Filter(typ, body); len(n) > 0 {
+			return nil, &Error{File: file, Line: n[0].GetToken().Position.Line, Column: n[0].GetToken().Position.Column,
+				Err: errors.New("YAML anchors and aliases are not supported")}
+		}
+	}
+	if body.Type() != ast.MappingType {
+		return nil, &Error{File: file, Line: body.GetToken().Position.Line, Err: fmt.Errorf("document is a %s: want a mapping of fields", body.Type())}
+	}
+	var d Definition
+	if err := yaml.NodeToValue(body, &d, yaml.Strict()); err != nil {
+		e := yamlError(file, err)
+		if e.Line == 0 {
+			e.Line, e.Column, e.Field = valuePosition(body, err.Error())
+		}
+		return nil, e
+	}
+	c, err := compile(d, func(field string) (int, int, bool) { return position(f, field) })
+	if err != nil {
+		for _, e := range Errors(err) {
+			e.File = file
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+var indexRE = regexp.MustCompile(`\[(\d+)\]`)
+
+// position finds the value node of a field path such as
+// "triggers[0].when" and reports where it is and whether it is a block
+// scalar (| or >). It falls back to the nearest enclosing field found.
+func position(f *ast.File, field string) (line, col int, block bool) {
+	parts := strings.Split(indexRE.ReplaceAllString(field, ".[$1]"), ".")
+	for n := len(parts); n > 0; n-- {
+		path := "$"
+		for _, p := range parts[:n] {
+			if strings.HasPrefix(p, "[") {
+				path += p
+			} else {
+				path += "." + p
+			}
+		}
+		p, err := yaml.PathString(path)
+		if err != nil {
+			continue
+		}
+		node, err := p.FilterFile(f)
+		if err != nil || node == nil {
+			continue
+		}
+		tk := node.GetToken()
+		if tk == nil {
+			continue
+		}
+		_, isBlock := node.(*ast.LiteralNode)
+		return tk.Position.Line, tk.Position.Column, isBlock
+	}
+	return 0, 0, false
+}
+
+// valuePosition finds, for a decoding error without a position (one
+// from a field's own UnmarshalText), the scalar whose quoted value the
+// message names, and the key it is under.
+func valuePosition(body ast.Node, msg string) (line, col int, field string) {
+	for _, n := range ast.Filter(ast.MappingValueType, body) {
+		mv := n.(*ast.MappingValueNode)
+		tk := mv.Value.GetToken()
+		if tk == nil || mv.Value.Type() == ast.MappingType || mv.Value.Type() == ast.SequenceType {
+			continue
+		}
+		if strings.Contains(msg, strconv.Quote(tk.Value)) {
+			return tk.Position.Line, tk.Position.Column, mv.Key.String()
+		}
+	}
+	return 0, 0, ""
+}
+
+// yamlError turns a go-yaml error into an *Error with its position.
+func yamlError(file string, err error) *Error {
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		e := &Error{File: file, Err: errors.New(ye.GetMessage())}
+		if tk := ye.GetToken(); tk != nil {
+			e.Line, e.Column = tk.Position.Line, tk.Position.Column
+			e.Field = fieldAt(tk)
+		}
+		return e
+	}
+	return &Error{File: file, Err: err}
+}
+
+// fieldAt names the mapping key a token belongs to, when it is one.
+func fieldAt(tk *token.Token) string {
+	if tk == nil {
+		return ""
+	}
+	if tk.Next != nil && tk.Next.Type == token.MappingValueType {
+		return tk.Value
+	}
+	return ""
+}
+
+// LoadFile reads and parses one definition file.
+func LoadFile(path string) (*Compiled, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, &Error{File: path, Err: fmt.Errorf("%d bytes, max %d", fi.Size(), MaxFileSize)}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// LoadDir parses every .yaml and .yml file directly in dir, in name
+// order. It returns the definitions that parsed and every error; two
+// files declaring the same agent is an error.
+func LoadDir(dir string) ([]*Compiled, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("policies: read %s: %w", dir, err)
+	}
+	var (
+		out  []*Compiled
+		errs []error
+		from = map[string]string{}
+	)
+	for _, e := range entries {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if e.IsDir() || (ext != ".yaml" && ext != ".yml") || e.Type()&fs.ModeType != 0 && e.Type()&fs.ModeSymlink == 0 {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		c, err := LoadFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if prev, dup := from[c.Definition.Name]; dup {
+			errs = append(errs, &Error{File: path, Field: "name", Err: fmt.Errorf("agent %q is also declared in %s", c.Definition.Name, prev)})
+			continue
+		}
+		from[c.Definition.Name] = path
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *Compiled) int { return strings.Compare(a.Definition.Name, b.Definition.Name) })
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,224 @@
+package policies_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/jetloop/jetloop/policies"
+)
+
+func TestParseValid(t *testing.T) {
+	c, err := policies.LoadFile("testdata/pr-reviewer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Definition
+	if d.Name != "pr-reviewer" || d.Budget.Deadline.D() != 10*time.Minute || len(c.Triggers) != 1 || len(c.Approvals) != 1 {
+		t.Fatalf("unexpected definition %+v", d)
+	}
+	if d.Triggers[0].Rate.PerMinute != 10 || d.Schedules[0].Timeout.D() != 2*time.Minute {
+		t.Fatalf("limits not read: %+v", d.Triggers[0])
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const head = "name: a\nmodel: {provider: scripted}\n"
+	tests := []struct {
+		name       string
+		yaml       string
+		line, col  int
+		field      string
+		msgContain string
+	}{
+		{name: "unknown field", yaml: head + "tols: [x]\n", line: 3, field: "tols", msgContain: "unknown field"},
+		{name: "bad duration", yaml: head + "budget: {deadline: 5x}\n", line: 3, field: "deadline", msgContain: "5x"},
+		{name: "missing name", yaml: "model: {provider: scripted}\n", field: "name", msgContain: "required"},
+		{name: "bad name", yaml: "name: 'a b'\nmodel: {provider: scripted}\n", line: 1, field: "name", msgContain: "letters"},
+		{name: "bad provider", yaml: "name: a\nmodel: {provider: gpt}\n", line: 2, field: "model.provider", msgContain: "want one of"},
+		{name: "misspelt attribute", yaml: head + "triggers:\n  - name: t\n    when: event.tpye == 'x'\n", line: 5, col: 16, field: "triggers[0].when", msgContain: `no field "tpye"`},
+		{name: "when not bool", yaml: head + "triggers:\n  - name: t\n    when: \"'x' + event.type\"\n", line: 5, field: "triggers[0].when", msgContain: "want bool"},
+		{name: "session not string", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    session: 1 + 2\n", line: 6, field: "triggers[0].session", msgContain: "want string"},
+		{name: "syntax in block", yaml: head + "triggers:\n  - name: t\n    when: |\n      true &&\n        event.data.x.startsWith(\n", line: 8, field: "triggers[0].when", msgContain: "Syntax error"},
+		{name: "undeclared variable", yaml: head + "triggers:\n  - name: t\n    when: tool.name == 'x'\n", line: 5, field: "triggers[0].when", msgContain: "undeclared reference"},
+		{name: "approval sees tool", yaml: head + "approvals:\n  - when: event.type == 'x'\n", line: 4, field: "approvals[0].when", msgContain: "undeclared reference"},
+		{name: "rate without key", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    rate: {per_minute: 3}\n", line: 6, field: "triggers[0].rate.key", msgContain: "required"},
+		{name: "rate zero", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    rate: {key: event.source, per_minute: 0}\n", field: "triggers[0].rate.per_minute", msgContain: "more than 0"},
+		{name: "debounce too short", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10ms}\n", field: "triggers[0].debounce.window", msgContain: "want 1s"},
+		{name: "duplicate trigger", yaml: head + "triggers:\n  - {name: t, when: 'true'}\n  - {name: t, when: 'true'}\n", field: "triggers[1].name", msgContain: "twice"},
+		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "template"},
+		{name: "bad overlap", yaml: head + "schedules:\n  - {name: s, cron: '@hourly', overlap: pile}\n", field: "schedules[0].overlap", msgContain: "skip"},
+		{name: "two documents", yaml: head + "---\n" + head, line: 4, msgContain: "one agent a file"},
+		{name: "alias", yaml: "name: &n a\nmodel: {provider: scripted}\nsystem: *n\n", line: 3, msgContain: "anchors"},
+		{name: "not a mapping", yaml: "- a\n- b\n", line: 1, msgContain: "mapping"},
+		{name: "empty", yaml: "# nothing\n", msgContain: "empty"},
+		{name: "broken yaml", yaml: "name: a\n  model: [\n", line: 1, msgContain: ""},
+		{name: "script error kind", yaml: "name: a\nmodel: {provider: scripted, script: [{error: boom}]}\n", field: "model.script[0].error", msgContain: "want one of"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := policies.Parse("agent.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, policies.ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			errs := policies.Errors(err)
+			if len(errs) == 0 {
+				t.Fatalf("no *Error in %v", err)
+			}
+			e := errs[0]
+			if e.File != "agent.yaml" {
+				t.Errorf("file %q", e.File)
+			}
+			if tt.line != 0 && e.Line != tt.line {
+				t.Errorf("line %d, want %d (%v)", e.Line, tt.line, e)
+			}
+			if tt.col != 0 && e.Column != tt.col {
+				t.Errorf("column %d, want %d (%v)", e.Column, tt.col, e)
+			}
+			if tt.field != "" && e.Field != tt.field {
+				t.Errorf("field %q, want %q (%v)", e.Field, tt.field, e)
+			}
+			if !strings.Contains(e.Error(), tt.msgContain) {
+				t.Errorf("message %q lacks %q", e.Error(), tt.msgContain)
+			}
+			if !strings.HasPrefix(err.Error(), "agent.yaml") {
+				t.Errorf("message %q does not start with the file", err.Error())
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryProblem(t *testing.T) {
+	_, err := policies.Parse("a.yaml", []byte("name: a\nmodel: {provider: scripted}\ntriggers:\n  - {name: t, when: 'event.x'}\n  - {name: u, when: '1'}\n"))
+	if got := len(policies.Errors(err)); got != 2 {
+		t.Fatalf("%d errors, want 2: %v", got, err)
+	}
+}
+
+func TestLoadDirRefusesDuplicateAgents(t *testing.T) {
+	dir := t.TempDir()
+	body := []byte("name: same\nmodel: {provider: scripted}\n")
+	for _, f := range []string{"a.yaml", "b.yml", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := policies.LoadDir(dir)
+	if len(cs) != 1 || err == nil || !strings.Contains(err.Error(), "also declared") {
+		t.Fatalf("got %d definitions, err %v", len(cs), err)
+	}
+}
+
+func githubEvent(t *testing.T, typ string, payload string) policies.Vars {
+	t.Helper()
+	e := event.New()
+	e.SetID("d-1")
+	e.SetSource("https://github.com/octo/repo")
+	e.SetType(typ)
+	if err := e.SetData("application/json", []byte(payload)); err != nil {
+		t.Fatal(err)
+	}
+	vars, err := policies.EventVars(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vars
+}
+
+func TestTriggerEvaluation(t *testing.T) {
+	c, err := policies.LoadFile("testdata/pr-reviewer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.Triggers[0]
+	ctx := context.Background()
+	pr := `{"pull_request": {"number": 12, "draft": false, "title": "Fix it"}, "repository": {"full_name": "octo/repo"}}`
+	tests := []struct {
+		name    string
+		typ     string
+		payload string
+		admit   bool
+		session string
+		wantErr bool
+	}{
+		{name: "opened", typ: "com.github.pull_request.opened", payload: pr, admit: true, session: "octo/repo#12"},
+		{name: "draft", typ: "com.github.pull_request.opened", payload: `{"pull_request": {"number": 1, "draft": true}}`},
+		{name: "other type short-circuits", typ: "com.github.push", payload: `{}`},
+		{name: "missing key is an error", typ: "com.github.pull_request.opened", payload: `{}`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := githubEvent(t, tt.typ, tt.payload)
+			ok, err := tr.Admits(ctx, vars)
+			if tt.wantErr {
+				if !errors.Is(err, policies.ErrEval) {
+					t.Fatalf("err %v, want ErrEval", err)
+				}
+				return
+			}
+			if err != nil || ok != tt.admit {
+				t.Fatalf("admits %v, %v; want %v", ok, err, tt.admit)
+			}
+			if !ok {
+				return
+			}
+			s, err := tr.SessionOf(ctx, vars)
+			if err != nil || s != tt.session {
+				t.Fatalf("session %q, %v; want %q", s, err, tt.session)
+			}
+			p, err := tr.RenderPrompt(vars)
+			if err != nil || p != "Review PR #12: Fix it" {
+				t.Fatalf("prompt %q, %v", p, err)
+			}
+		})
+	}
+}
+
+func TestEvaluationHonoursCostLimitAndContext(t *testing.T) {
+	c, err := policies.Parse("a.yaml", []byte(`name: a
+model: {provider: scripted}
+triggers:
+  - name: heavy
+    when: event.data.items.all(x, event.data.items.all(y, event.data.items.all(z, x + y + z >= 0)))
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := "[" + strings.Repeat("1,", 199) + "1]"
+	vars := githubEvent(t, "x", `{"items": `+items+`}`)
+	if _, err := c.Triggers[0].Admits(context.Background(), vars); !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost") {
+		t.Fatalf("err %v, want a cost limit error", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	small := githubEvent(t, "x", `{"items": [`+strings.Repeat("1,", 19)+`1]}`)
+	if _, err := c.Triggers[0].Admits(ctx, small); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+func TestApprovals(t *testing.T) {
+	c, err := policies.LoadFile("testdata/pr-reviewer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sess := policies.SessionInfo{Agent: "pr-reviewer", Name: "octo/repo#12"}
+	gate, need, err := c.NeedsApproval(ctx, policies.ToolCall{Name: "github_comment", Args: map[string]any{"body": strings.Repeat("x", 2001)}}, sess)
+	if err != nil || !need || gate != "long-comment" {
+		t.Fatalf("long comment: %q %v %v", gate, need, err)
+	}
+	_, need, err = c.NeedsApproval(ctx, policies.ToolCall{Name: "github_comment", Args: map[string]any{"body": "short"}}, sess)
+	if err != nil || need {
+		t.Fatalf("short comment: %v %v", need, err)
+	}
+}
