@@ -4,7 +4,37 @@
 // http_request, shell, ask_human, read_blob (and, as they come,
 // github_comment, delegate and MCP tools).
 //
+// A worker builds one Registry of every tool it can run (NewRegistry,
+// Builtins), hands the model the specs an agent declares (Specs), and
+// makes each call through Run, which:
+//
+//   - validates the arguments against the tool's JSON schema (draft
+//     2020-12, compiled once at registration; at most MaxArgsBytes), and
+//     answers a bad call with an error Result naming the field, for the
+//     model to correct;
+//   - bounds the call by the tool's timeout (or the registry's default)
+//     and passes the caller's context on, so a session's cancel reaches
+//     the tool: shell sends SIGTERM to the command's process group, then
+//     SIGKILL after a grace period; the HTTP tools abort the request;
+//   - turns a panic into an error Result;
+//   - stores a result above BlobThreshold (16 KiB) in the jl_blobs object
+//     store under a name derived from the agent, session and call id
+//     (streams.Names.ResultBlob), leaving the first lines, the handle and
+//     the size in Content; read_blob pages through it.
+//
+// A Result is what the model sees; an error from Run is for the runtime:
+// the session's context ended, or the call could not be made. Block asks
+// the runtime to park the session until a human answers (ask_human).
+//
 // It does not decide when a tool runs, record intents or settle results:
 // the worker does, and calls a tool only between an intent and its
-// settlement.
+// settlement. Whether a call may be re-run after a crash is the worker's
+// decision, from Spec.ReplaySafe stored in the intent and the current one.
+//
+// Operators: shell commands run with a minimal environment (not the
+// worker's, which holds API keys) and never outlive their call. Processes
+// they orphan are re-parented to PID 1; run the worker under an init that
+// reaps (docker --init, tini) when it is PID 1 of a container. The HTTP
+// tools refuse loopback, private and link-local addresses unless
+// BuiltinConfig.HTTPAllowPrivate is set.
 package tools

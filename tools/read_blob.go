@@ -18,8 +18,8 @@ const readBlobSchema = `{
 	"type": "object",
 	"properties": {
 		"handle": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "The blob handle named in an earlier tool result."},
-		"offset": {"type": "integer", "minimum": 0, "description": "Byte offset to start at (default 0)."},
-		"limit":  {"type": "integer", "minimum": 1, "description": "Bytes to read (default and maximum: the page size)."}
+		"offset": {"type": "integer", "minimum": 0, "maximum": 1099511627776, "description": "Byte offset to start at (default 0)."},
+		"limit":  {"type": "integer", "minimum": 1, "maximum": 1048576, "description": "Bytes to read (default and maximum: the page size)."}
 	},
 	"required": ["handle"],
 	"additionalProperties": false
@@ -45,14 +45,21 @@ func (r *readBlob) Spec() Spec {
 }
 
 func (r *readBlob) Call(ctx context.Context, call Call) (Result, error) {
-	var args struct {
-		Handle string `json:"handle"`
-		Offset int64  `json:"offset"`
-		Limit  int    `json:"limit"`
+	// Numbers decode as float64: JSON Schema counts 1.0 as an integer,
+	// and the schema bounds them well inside float64's exact range.
+	var raw struct {
+		Handle string  `json:"handle"`
+		Offset float64 `json:"offset"`
+		Limit  float64 `json:"limit"`
 	}
-	if err := json.Unmarshal(call.Args, &args); err != nil {
+	if err := json.Unmarshal(call.Args, &raw); err != nil {
 		return Result{}, fmt.Errorf("read_blob: arguments: %w", err)
 	}
+	args := struct {
+		Handle string
+		Offset int64
+		Limit  int
+	}{raw.Handle, int64(raw.Offset), int(raw.Limit)}
 	if r.blobs == nil {
 		return errResult("read_blob: no blob store is configured"), nil
 	}
