@@ -201,3 +201,21 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// RegistryTools serves the tools of a tools.Registry, each call made
+// through Registry.Run: its arguments validated against the schema, its
+// timeout applied, a panic turned into an error result, and a large
+// result offloaded to jl_blobs.
+func RegistryTools(r *tools.Registry) Tools { return registryTools{r} }
+
+type registryTools struct{ r *tools.Registry }
+
+func (rt registryTools) Get(name string) (tools.Tool, bool) {
+	t, err := rt.r.Get(name)
+	if err != nil {
+		return nil, false
+	}
+	return tools.NewFunc(t.Spec(), func(ctx context.Context, c tools.Call) (tools.Result, error) {
+		return rt.r.Run(ctx, name, c)
+	}), true
+}

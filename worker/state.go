@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -94,12 +95,24 @@ type Entry struct {
 func (e Entry) MarshalJSON() ([]byte, error) {
 	type plain Entry
 	if e.Kind != KindToolResult {
-		return json.Marshal(plain(e))
+		return marshal(plain(e))
 	}
-	return json.Marshal(struct {
+	return marshal(struct {
 		plain
 		IsError bool `json:"is_error"`
 	}{plain(e), e.IsError})
+}
+
+// marshal is json.Marshal without HTML escaping: transcripts hold shell
+// commands and code, which should read as written.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // EventRef names the input an entry records.

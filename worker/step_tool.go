@@ -31,6 +31,11 @@ func runTool(ctx context.Context, tool tools.Tool, call CallRef, args json.RawMe
 		}
 	}()
 	res, err := tool.Call(ctx, tools.Call{ID: call.ID, Args: args, Agent: agent, Session: session, WorkDir: dir})
+	if err != nil && res.Content != "" {
+		// The call ended badly but has an answer for the model (a
+		// registry's result for a cancelled call, say).
+		return toolOutcome{text: res.Content, isErr: true, blob: res.Blob}
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, tools.ErrInvalidArgs):

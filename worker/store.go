@@ -124,7 +124,7 @@ func (s *store) settle(ctx context.Context, ref streams.SessionRef, entries []En
 	msgs := make([]*nats.Msg, 0, len(entries)+1)
 	maxPayload := int(s.nc.MaxPayload())
 	for _, e := range entries {
-		b, err := json.Marshal(e)
+		b, err := marshal(e)
 		if err != nil {
 			return 0, fmt.Errorf("worker: encode entry %d of %s: %w", e.ID, ref, err)
 		}
