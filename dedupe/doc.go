@@ -1,0 +1,16 @@
+// Package dedupe makes each delivery of an event act once.
+//
+// It owns the two layers of DESIGN §6. The first is the stream's
+// Nats-Msg-Id window: MsgID names each publish of an event to one
+// session subject, so a retried publish inside JL_IN's duplicate window
+// (2 minutes by default) is dropped by the server. The second is the
+// jl_dedupe bucket, whose keys live for a per-key TTL (72 hours by
+// default): Store.Seen answers whether an event was handled before, and
+// Store.Record marks it handled once every publish it caused has been
+// acknowledged. GitHub redelivers a webhook with the same delivery GUID up
+// to three days later; the bucket catches those.
+//
+// It sits in the ingest pipeline after the CloudEvent is built and before
+// admission. It does not decide what an event admits, and does not
+// publish events: it only names and remembers them.
+package dedupe
