@@ -303,6 +303,23 @@ func (n Names) DedupeKey(source, id string) string {
 	return st + "." + hex.EncodeToString(h[:16])
 }
 
+// RateKey is the key in jl_dedupe of the token bucket of an agent's
+// trigger for one rate-limit key: rate.<agent>.<trigger>.<key-hash>. It
+// has four tokens where a dedupe key has two, so the two never collide in
+// the bucket they share; both are short-lived state with a per-key TTL.
+func (n Names) RateKey(agent, trigger, key string) (string, error) {
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	tt, err := events.EncodeToken(trigger)
+	if err != nil {
+		return "", fmt.Errorf("streams: trigger name: %w", err)
+	}
+	h := sha256.Sum256([]byte(key))
+	return "rate." + at + "." + tt + "." + hex.EncodeToString(h[:16]), nil
+}
+
 // Parsing.
 
 // ParseSession returns the session a session subject names: one of In,

@@ -1,6 +1,7 @@
 package streams_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/jetloop/jetloop/streams"
@@ -84,5 +85,22 @@ func TestInConsumer(t *testing.T) {
 	}
 	if _, err := streams.InConsumer(n, ""); err == nil {
 		t.Fatal("empty agent: no error")
+	}
+}
+
+func TestRateKeyIsDisjointFromDedupeKeys(t *testing.T) {
+	n := streams.Default()
+	k, err := n.RateKey("pr-reviewer", "pr-opened", "octo/repo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(strings.Split(k, ".")); got != 4 || !strings.HasPrefix(k, "rate.pr-reviewer.pr-opened.") {
+		t.Fatalf("rate key %q", k)
+	}
+	if got := len(strings.Split(n.DedupeKey("rate", "x"), ".")); got != 2 {
+		t.Fatalf("dedupe key has %d tokens, want 2", got)
+	}
+	if _, err := n.RateKey("", "t", "k"); err == nil {
+		t.Fatal("empty agent accepted")
 	}
 }
