@@ -1,12 +1,442 @@
 package cli
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/worker"
+)
 
 // workerCommands are the client verbs of the session side (send, status,
 // show, tail).
-func workerCommands() []command { return nil }
+func workerCommands() []command {
+	return []command{
+		{name: "send", summary: "send a message to a session: send AGENT SESSION TEXT", run: runSend},
+		{name: "status", summary: "list sessions: status, since when, turns, tokens, cost, what blocked ones wait for", run: runStatus},
+		{name: "show", summary: "print a session's state, budget and transcript: show AGENT/SESSION", run: runShow},
+		{name: "tail", summary: "follow a session's transcript live: tail AGENT/SESSION", run: runTail},
+	}
+}
 
-// workerComponent returns one worker with identity id.
+// workerComponent returns one worker with identity id, running every agent
+// in jl_agents with the built-in tools and the model providers. The
+// environment may set JETLOOP_WORK_DIR (the folder of the sessions' work
+// folders), JETLOOP_LEASE_TTL and JETLOOP_ACK_WAIT (durations; every
+// worker of a deployment must agree on the latter).
 func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, error) {
-	return idle("worker " + id), nil
+	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
+	if err != nil {
+		return Component{}, err
+	}
+	blobs, err := rt.JS.ObjectStore(ctx, rt.Names.ObjectBlobs())
+	if err != nil {
+		return Component{}, fmt.Errorf("open object store %s: %w", rt.Names.ObjectBlobs(), err)
+	}
+	log := rt.Log.With("component", "worker", "worker", id)
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
+	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
+		tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names})...)
+	if err != nil {
+		return Component{}, err
+	}
+	metrics := worker.NewMetrics()
+	if err := metrics.Register(reg); err != nil {
+		return Component{}, fmt.Errorf("register worker metrics: %w", err)
+	}
+	getenv := rt.Getenv
+	workDir := getenv("JETLOOP_WORK_DIR")
+	if workDir == "" {
+		workDir = filepath.Join(os.TempDir(), "jetloop-work")
+	}
+	leaseTTL, err := envDuration(getenv, "JETLOOP_LEASE_TTL")
+	if err != nil {
+		return Component{}, err
+	}
+	ackWait, err := envDuration(getenv, "JETLOOP_ACK_WAIT")
+	if err != nil {
+		return Component{}, err
+	}
+	w, err := worker.New(ctx, rt.JS, worker.Config{
+		ID:          id,
+		Names:       rt.Names,
+		Definitions: storeDefinitions{store},
+		Models: func(spec policies.Model) (model.Model, error) {
+			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log))
+		},
+		Tools:    worker.RegistryTools(registry),
+		WorkDir:  filepath.Join(workDir, id),
+		LeaseTTL: leaseTTL,
+		AckWait:  ackWait,
+		Log:      log,
+		Metrics:  metrics,
+	})
+	if err != nil {
+		return Component{}, err
+	}
+	return Component{Name: "worker " + id, Run: w.Run}, nil
+}
+
+// envDuration reads a duration setting from the environment; unset is 0
+// (the default).
+func envDuration(getenv func(string) string, name string) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 30s", name, v)
+	}
+	return d, nil
+}
+
+// storeDefinitions serves the worker from jl_agents.
+type storeDefinitions struct{ s *policies.Store }
+
+func (d storeDefinitions) Get(ctx context.Context, agent string) (policies.Definition, error) {
+	def, err := d.s.Get(ctx, agent)
+	return def, notFound(err)
+}
+
+func (d storeDefinitions) GetVersion(ctx context.Context, agent string, version uint64) (policies.Definition, error) {
+	def, err := d.s.GetVersion(ctx, agent, version)
+	return def, notFound(err)
+}
+
+func notFound(err error) error {
+	if errors.Is(err, policies.ErrNotFound) {
+		return fmt.Errorf("%w: %w", worker.ErrNotFound, err)
+	}
+	return err
+}
+
+// clientFlags are the flags of the session verbs.
+type clientFlags struct {
+	serverFlags
+	json bool
+}
+
+// clientRuntime parses a verb's flags and connects.
+func clientRuntime(ctx context.Context, env *Env, name, synopsis string, args []string, extra func(fs *flag.FlagSet)) (*Runtime, *clientFlags, []string, func(), error) {
+	var cf clientFlags
+	fs := newFlags(env, name, synopsis)
+	cf.register(fs, env)
+	fs.BoolVar(&cf.json, "json", false, "print JSON for machines")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := parse(fs, args); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	names, err := streams.NewNames(cf.prefix)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	rt, closeConn, err := dial(ctx, cf.serverFlags, names, "jetloop "+name, env)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return rt, &cf, fs.Args(), closeConn, nil
+}
+
+// parseRef reads AGENT/SESSION; the session may itself contain '/'.
+func parseRef(s string) (streams.SessionRef, error) {
+	agent, session, ok := strings.Cut(s, "/")
+	if !ok || agent == "" || session == "" {
+		return streams.SessionRef{}, fmt.Errorf("%q: want AGENT/SESSION", s)
+	}
+	return streams.NewSessionRef(agent, session)
+}
+
+func runSend(ctx context.Context, env *Env, args []string) error {
+	var id string
+	var wait bool
+	var timeout time.Duration
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "send", "[flags] AGENT SESSION TEXT", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&id, "id", "", "idempotency key: a message sent twice with one key runs once (default: a new id)")
+		fs.BoolVar(&wait, "wait", false, "wait until the session has handled the message, then print its answer")
+		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	})
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if len(rest) != 3 {
+		fmt.Fprintln(env.Stderr, "Usage: jetloop send [flags] AGENT SESSION TEXT")
+		return errUsage
+	}
+	ref, err := streams.NewSessionRef(rest[0], rest[1])
+	if err != nil {
+		return err
+	}
+	seq, err := worker.Send(ctx, rt.JS, rt.Names, ref, worker.Request{Text: rest[2], ID: id})
+	if err != nil {
+		return err
+	}
+	if !wait {
+		if cf.json {
+			return json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq})
+		}
+		fmt.Fprintf(env.Stdout, "sent to %s (seq %d)\n", ref, seq)
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var final *worker.State
+	var answer string
+	err = worker.Follow(wctx, rt.JS, rt.Names, ref, func(u worker.Update) error {
+		switch {
+		case u.Entry != nil && u.Entry.Kind == worker.KindAssistant:
+			answer = u.Entry.Text
+		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting():
+			final = u.State
+			return worker.ErrStop
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if final == nil {
+		return fmt.Errorf("%s did not handle the message within %s (see 'jetloop show %s')", ref, timeout, ref)
+	}
+	if cf.json {
+		return json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq,
+			"status": final.Status, "reason": final.Reason, "waiting_for": final.WaitingFor, "answer": answer})
+	}
+	fmt.Fprintf(env.Stdout, "%s %s", ref, final.Status)
+	if final.Reason != "" {
+		fmt.Fprintf(env.Stdout, " (%s)", final.Reason)
+	}
+	if final.WaitingFor != "" {
+		fmt.Fprintf(env.Stdout, " waiting for: %s", final.WaitingFor)
+	}
+	fmt.Fprintln(env.Stdout)
+	if answer != "" {
+		fmt.Fprintln(env.Stdout, answer)
+	}
+	return nil
+}
+
+func runStatus(ctx context.Context, env *Env, args []string) error {
+	var agent, status string
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "status", "[flags]", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&agent, "agent", "", "only this agent's sessions")
+		fs.StringVar(&status, "status", "", "only sessions with this status (e.g. blocked)")
+	})
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if len(rest) > 0 {
+		fmt.Fprintf(env.Stderr, "jetloop status: unexpected argument %q\n", rest[0])
+		return errUsage
+	}
+	all, err := worker.List(ctx, rt.JS, rt.Names)
+	if err != nil {
+		return err
+	}
+	rows := make([]worker.Summary, 0, len(all))
+	for _, s := range all {
+		if (agent == "" || s.Agent == agent) && (status == "" || string(s.Status) == status) {
+			rows = append(rows, s)
+		}
+	}
+	if cf.json {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tSTATUS\tSINCE\tTURNS\tTOKENS\tCOST\tWAITING FOR / REASON")
+	for _, s := range rows {
+		note := s.WaitingFor
+		if note == "" {
+			note = s.Reason
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\t%d\t$%.4f\t%s\n", s.Agent, s.Session, s.Status, ago(s.Since, now),
+			s.Turns, s.Tokens, s.CostUSD, oneLine(note, 80))
+	}
+	return tw.Flush()
+}
+
+func runShow(ctx context.Context, env *Env, args []string) error {
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "show", "[flags] AGENT/SESSION", args, nil)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if len(rest) != 1 {
+		fmt.Fprintln(env.Stderr, "Usage: jetloop show [flags] AGENT/SESSION")
+		return errUsage
+	}
+	ref, err := parseRef(rest[0])
+	if err != nil {
+		return err
+	}
+	tr, err := worker.Show(ctx, rt.JS, rt.Names, ref)
+	if errors.Is(err, worker.ErrNotFound) {
+		return fmt.Errorf("no session %s (see 'jetloop status')", ref)
+	}
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(tr)
+	}
+	w := env.Stdout
+	fmt.Fprintf(w, "%s/%s  %s since %s", tr.Agent, tr.Session, tr.Status, tr.Since.Local().Format(time.DateTime))
+	if tr.Reason != "" {
+		fmt.Fprintf(w, "  (%s)", tr.Reason)
+	}
+	fmt.Fprintln(w)
+	if tr.WaitingFor != "" {
+		fmt.Fprintf(w, "waiting for: %s\n", tr.WaitingFor)
+	}
+	u, l := tr.Budget.Usage, tr.Budget.Limits
+	fmt.Fprintf(w, "definition v%d  turns %d%s  tokens %d%s  cost $%.4f%s\n", tr.DefinitionVersion,
+		u.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), u.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),
+		u.CostUSD, limit(l.MaxCostUSD > 0, fmt.Sprintf("$%.4f", l.MaxCostUSD)))
+	if u.UnknownUsageCalls > 0 {
+		fmt.Fprintf(w, "%d interrupted model call(s) of unknown usage\n", u.UnknownUsageCalls)
+	}
+	if p := tr.Pending; p != nil {
+		fmt.Fprintf(w, "in flight: step %d %s %s (since %s, %s)\n", p.Step, p.Kind, p.Tool, p.Started.Local().Format(time.TimeOnly), p.Owner)
+	}
+	fmt.Fprintln(w)
+	for _, e := range tr.Transcript {
+		printEntry(w, e)
+	}
+	return nil
+}
+
+func runTail(ctx context.Context, env *Env, args []string) error {
+	var untilRest bool
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "tail", "[flags] AGENT/SESSION", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&untilRest, "until-rest", false, "exit once the session rests (no run in progress)")
+	})
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if len(rest) != 1 {
+		fmt.Fprintln(env.Stderr, "Usage: jetloop tail [flags] AGENT/SESSION")
+		return errUsage
+	}
+	ref, err := parseRef(rest[0])
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(env.Stdout)
+	enc.SetEscapeHTML(false)
+	var last worker.Status
+	return worker.Follow(ctx, rt.JS, rt.Names, ref, func(u worker.Update) error {
+		if u.Entry != nil {
+			if cf.json {
+				return enc.Encode(map[string]any{"entry": u.Entry})
+			}
+			printEntry(env.Stdout, *u.Entry)
+			return nil
+		}
+		st := u.State
+		if st.Status != last {
+			last = st.Status
+			if cf.json {
+				if err := enc.Encode(map[string]any{"status": worker.StatusChange{Agent: st.Agent, Session: st.Session,
+					Status: st.Status, Since: st.Since, Reason: st.Reason, WaitingFor: st.WaitingFor, Turns: st.Turns, Worker: st.Owner}}); err != nil {
+					return err
+				}
+			} else {
+				line := fmt.Sprintf("-- %s", st.Status)
+				if st.Reason != "" {
+					line += " (" + st.Reason + ")"
+				}
+				if st.WaitingFor != "" {
+					line += " waiting for: " + st.WaitingFor
+				}
+				fmt.Fprintln(env.Stdout, line)
+			}
+		}
+		if untilRest && st.Status.Resting() && st.Pending == nil && st.NextEntry > 1 {
+			return worker.ErrStop
+		}
+		return nil
+	})
+}
+
+// printEntry writes one transcript entry for people.
+func printEntry(w io.Writer, e worker.Entry) {
+	head := fmt.Sprintf("[%d] t%d %s %s", e.ID, e.Turn, e.Time.Local().Format(time.TimeOnly), e.Kind)
+	switch e.Kind {
+	case worker.KindToolCall:
+		fmt.Fprintf(w, "%s %s %s (%s)\n", head, e.Name, oneLine(string(e.Args), 200), e.CallID)
+	case worker.KindToolResult:
+		status := "ok"
+		if e.IsError {
+			status = "error"
+		}
+		fmt.Fprintf(w, "%s %s (%s) %s%s\n", head, e.Name, e.CallID, status, indent(e.Result))
+		if e.Blob != "" {
+			fmt.Fprintf(w, "    full result in %s\n", e.Blob)
+		}
+	case worker.KindEvent:
+		fmt.Fprintf(w, "%s %s%s\n", head, e.Name, indent(e.Text))
+	default:
+		fmt.Fprintf(w, "%s%s\n", head, indent(e.Text))
+	}
+}
+
+// indent renders text after a heading: on the same line when it is one
+// short line, else indented below.
+func indent(text string) string {
+	text = strings.TrimRight(text, "\n")
+	if text == "" {
+		return ""
+	}
+	if !strings.Contains(text, "\n") && len(text) <= 100 {
+		return ": " + text
+	}
+	return "\n    " + strings.ReplaceAll(text, "\n", "\n    ")
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+func limit(set bool, v string) string {
+	if !set {
+		return ""
+	}
+	return "/" + v
+}
+
+// ago writes how long ago t was, for tables.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String() + " ago"
 }
