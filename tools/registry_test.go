@@ -350,3 +350,30 @@ func mustRef(t *testing.T) streams.SessionRef {
 	}
 	return ref
 }
+
+func TestRunTruncatesWhenTheStoreFails(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	if _, err := streams.Provision(t.Context(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	name := streams.Default().ObjectBlobs()
+	obs, err := js.ObjectStore(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteObjectStore(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tools.NewRegistry(tools.RegistryOptions{Blobs: obs}, echo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(t.Context(), "echo", call(`{"text":"01234567890123456789","times":1000}`))
+	if err != nil {
+		t.Fatalf("a store failure must still leave a result to settle: %v", err)
+	}
+	if res.Blob != "" || len(res.Content) > tools.DefaultBlobThreshold+200 || !strings.Contains(res.Content, "could not be stored") {
+		t.Fatalf("result (%d bytes, blob %q) ends %q", len(res.Content), res.Blob, res.Content[max(0, len(res.Content)-150):])
+	}
+}
