@@ -86,8 +86,9 @@ type TracePoint struct {
 	Phase          Phase
 	Agent, Session string
 	Kind           StepKind
-	Step           uint64
-	Tool, CallID   string
+	// Step is the step's number; at PhaseAck, the number of steps settled.
+	Step         uint64
+	Tool, CallID string
 	// Recovery marks a step resumed from an earlier worker's intent.
 	Recovery bool
 }

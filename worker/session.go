@@ -251,7 +251,25 @@ func (s *session) next(ctx context.Context) error {
 	if len(s.st.Calls) > 0 {
 		return s.toolStep(ctx, s.st.Calls[0], nil)
 	}
+	if len(s.st.Steers) > 0 {
+		return s.flushSteers(ctx)
+	}
 	return s.modelStep(ctx, nil)
+}
+
+// flushSteers moves the queued steer texts into the transcript, where the
+// next model call sees them.
+func (s *session) flushSteers(ctx context.Context) error {
+	next := s.st.clone()
+	var entries []Entry
+	for _, st := range next.Steers {
+		e := s.entry(&next, KindControl)
+		e.Name, e.Text = "steer", st.Text
+		e.Event = &EventRef{Type: "steer", Seq: st.Seq}
+		entries = append(entries, e)
+	}
+	next.Steers = nil
+	return s.commit(ctx, entries, next)
 }
 
 // recover resumes a step whose intent was written and whose settlement

@@ -414,3 +414,60 @@ func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
 		t.Fatalf("audit records: %+v %v", info.State, err)
 	}
 }
+
+// asker blocks the session with a question, as ask_human does.
+type asker struct{}
+
+func (asker) Spec() tools.Spec {
+	return tools.Spec{Name: "ask", Description: "ask a person", Schema: json.RawMessage(`{"type":"object"}`), ReplaySafe: true, State: tools.Stateless}
+}
+
+func (asker) Call(_ context.Context, c tools.Call) (tools.Result, error) {
+	var a struct{ Question string }
+	_ = json.Unmarshal(c.Args, &a)
+	return tools.Result{Content: a.Question, Block: true}, nil
+}
+
+// TestBlockedSessionWaitsForHuman parks a session on a question: status
+// blocked with what it waits for, no result for the call yet, and nothing
+// held by the worker; a later event joins the transcript without a run.
+func TestBlockedSessionWaitsForHuman(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "asker", Tools: []string{"ask"}, Model: scripted(
+		policies.ScriptEntry{Text: "Let me ask.", ToolCalls: []policies.ScriptToolCall{{Name: "ask", Args: map[string]any{"question": "Deploy to prod?"}}}},
+		policies.ScriptEntry{Text: "Deployed."},
+	)}
+	e.start(t, worker.Config{Definitions: defs{"asker": def}, Tools: worker.ToolMap{"ask": asker{}}, Agents: []string{"asker"}})
+	ref := e.ref(t, "asker", "s1")
+	e.send(t, ref, "ship it")
+	tr := e.waitStatus(t, ref, worker.StatusBlocked)
+	if tr.WaitingFor != "Deploy to prod?" || kinds(tr) != "user,assistant,tool_call,system" {
+		t.Fatalf("blocked session: waiting for %q, transcript %s", tr.WaitingFor, kinds(tr))
+	}
+	list, err := worker.List(context.Background(), e.js, e.names)
+	if err != nil || len(list) != 1 || list[0].WaitingFor != "Deploy to prod?" || list[0].Status != worker.StatusBlocked {
+		t.Fatalf("status list %+v %v", list, err)
+	}
+	e.send(t, ref, "also: today")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		tr, _ = worker.Show(context.Background(), e.js, e.names, ref)
+		if kinds(tr) != "user,assistant,tool_call,system,user" || tr.Status != worker.StatusBlocked {
+			return fmt.Errorf("status %s transcript %s", tr.Status, kinds(tr))
+		}
+		return nil
+	})
+}
+
+// TestDeadlineStopsRun ends a run whose model call outlasts the deadline.
+func TestDeadlineStopsRun(t *testing.T) {
+	e := setup(t)
+	slow := policies.ScriptEntry{Text: "slow", Delay: policies.Duration(time.Minute)}
+	def := policies.Definition{Name: "slow", Budget: policies.Budget{Deadline: policies.Duration(300 * time.Millisecond)}, Model: scripted(slow)}
+	e.start(t, worker.Config{Definitions: defs{"slow": def}, Agents: []string{"slow"}})
+	ref := e.ref(t, "slow", "s1")
+	e.send(t, ref, "hurry")
+	tr := e.waitStatus(t, ref, worker.StatusBudgetExceeded)
+	if !strings.Contains(tr.Reason, "deadline 300ms") || tr.Pending != nil || kinds(tr) != "user,system" {
+		t.Fatalf("reason %q, pending %+v, transcript %s", tr.Reason, tr.Pending, kinds(tr))
+	}
+}
