@@ -168,7 +168,7 @@ func TestClusterProvisionsAtR3AndSurvivesANodeLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := natstest.RunCluster(t, 3)
 	nc, err := c.Connect()
@@ -202,18 +202,27 @@ func TestClusterProvisionsAtR3AndSurvivesANodeLoss(t *testing.T) {
 			c.Stop(i)
 		}
 	}
-	natstest.WaitFor(t, 30*time.Second, func() error {
+	// Each attempt has its own deadline: a publish sent while no leader
+	// exists gets no answer, and the next attempt must still happen.
+	attempt := func(f func(ctx context.Context) error) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return f(ctx)
+		}
+	}
+	natstest.WaitFor(t, time.Minute, attempt(func(ctx context.Context) error {
 		_, err := js.Publish(ctx, "jl.in.x.y", []byte("after"))
 		return err
-	})
+	}))
 	kv, err := js.KeyValue(ctx, "jl_sessions")
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 30*time.Second, func() error {
+	natstest.WaitFor(t, time.Minute, attempt(func(ctx context.Context) error {
 		_, err := kv.Put(ctx, "x.y.state", []byte("{}"))
 		return err
-	})
+	}))
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 )
 
 // readyTimeout bounds how long a helper waits for a server or cluster.
-const readyTimeout = 30 * time.Second
+const readyTimeout = 60 * time.Second
 
 // Option adjusts the config of a test server.
 type Option func(*natsd.Config)
