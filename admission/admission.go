@@ -1,0 +1,254 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Extension attributes admission sets on the events it admits, beside
+// events.ExtAgent and events.ExtSession.
+const (
+	// ExtTrigger names the trigger that admitted the event.
+	ExtTrigger = "jltrigger"
+	// ExtPrompt carries the trigger's rendered prompt, when it has one:
+	// the text the turn should start from.
+	ExtPrompt = "jlprompt"
+	// ExtCount is, on a debounced event, how many events the burst it
+	// stands for held (the data is the latest one's).
+	ExtCount = "jlcount"
+)
+
+// MaxPromptLen bounds a rendered prompt carried in ExtPrompt, in bytes,
+// so that it fits a header even when every byte must be escaped.
+const MaxPromptLen = 2 << 10
+
+// Outcome is what admission decided for one agent.
+type Outcome string
+
+// Outcomes of a decision.
+const (
+	// Admitted: the event goes to the session now.
+	Admitted Outcome = "admitted"
+	// Rejected: no trigger of the agent matched.
+	Rejected Outcome = "rejected"
+	// RateLimited: a trigger matched but its rate limit was exhausted.
+	RateLimited Outcome = "rate_limited"
+	// Debounced: a trigger matched and the event joins a burst that fires
+	// once after the trigger's quiet window.
+	Debounced Outcome = "debounced"
+	// Failed: a rule did not evaluate; the event goes to JL_DLQ.
+	Failed Outcome = "error"
+	// Duplicate: the event was handled before; nothing is evaluated.
+	Duplicate Outcome = "duplicate"
+)
+
+// Decision is admission's answer for one agent (or, for Rejected with no
+// Agent, for every agent at once).
+type Decision struct {
+	Agent   string  `json:"agent,omitempty"`
+	Trigger string  `json:"trigger,omitempty"`
+	Outcome Outcome `json:"decision"`
+	// Session is where an admitted or debounced event goes.
+	Session string `json:"session,omitempty"`
+	// Reason explains a rejection, a rate limit or an error.
+	Reason string `json:"reason,omitempty"`
+	// Version is the definition version that decided.
+	Version uint64 `json:"version,omitempty"`
+	// Prompt is the trigger's rendered prompt, if any.
+	Prompt string `json:"-"`
+	// Window is the debounce window of a debounced decision.
+	Window time.Duration `json:"-"`
+}
+
+// Rule names the trigger as "agent/trigger", or "" when none decided.
+func (d Decision) Rule() string {
+	if d.Agent == "" || d.Trigger == "" {
+		return ""
+	}
+	return d.Agent + "/" + d.Trigger
+}
+
+// Ref is the session an admitted or debounced decision targets.
+func (d Decision) Ref() (streams.SessionRef, error) {
+	return streams.NewSessionRef(d.Agent, d.Session)
+}
+
+// Config configures an Admitter.
+type Config struct {
+	Names streams.Names
+	// Log receives one line per refused rule evaluation. Default: discard.
+	Log *slog.Logger
+	// Now is the clock of rate limits and debounce. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Admitter evaluates events against every agent's triggers and carries out
+// the side effects of its decisions: rate-limit state, debounce messages,
+// decision records and dead letters. It is safe for concurrent use.
+type Admitter struct {
+	js      jetstream.JetStream
+	names   streams.Names
+	rules   *Rules
+	log     *slog.Logger
+	now     func() time.Time
+	limiter *limiter
+	in      jetstream.Stream
+}
+
+// New returns an Admitter over rules, with its state in the deployment's
+// streams and buckets (which streams.Provision creates).
+func New(ctx context.Context, js jetstream.JetStream, rules *Rules, cfg Config) (*Admitter, error) {
+	cfg.setDefaults()
+	kv, err := js.KeyValue(ctx, cfg.Names.BucketDedupe())
+	if err != nil {
+		return nil, fmt.Errorf("admission: open bucket %s: %w", cfg.Names.BucketDedupe(), err)
+	}
+	in, err := js.Stream(ctx, cfg.Names.StreamIn())
+	if err != nil {
+		return nil, fmt.Errorf("admission: open stream %s: %w", cfg.Names.StreamIn(), err)
+	}
+	return &Admitter{
+		js: js, names: cfg.Names, rules: rules, log: cfg.Log, now: cfg.Now, in: in,
+		limiter: &limiter{kv: kv, names: cfg.Names, now: cfg.Now},
+	}, nil
+}
+
+// ErrBadData means the event's data cannot be read as its content type
+// claims (JSON that does not parse): the sender's fault.
+var ErrBadData = errors.New("admission: event data does not parse")
+
+// Decide evaluates e against the triggers of every agent, or only of the
+// agent its jlagent extension addresses, and returns one or more decisions
+// per agent: errors of triggers that failed to evaluate, then the agent's
+// outcome. An agent's triggers are tried in order and the first that
+// matches decides; a matching trigger takes a token from its rate limit.
+//
+// The error is ErrNotReady before the definitions are loaded,
+// ErrUnknownAgent for an event addressed to no known agent, ErrBadData for
+// data that does not parse, and ErrState when rate-limit state cannot be
+// read or written; the event should then be retried, not dropped.
+func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error) {
+	if !a.rules.IsSynced() {
+		return nil, ErrNotReady
+	}
+	vars, err := policies.EventVars(e)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadData, err)
+	}
+	agents := a.rules.Agents()
+	if to, ok := e.Extensions()[events.ExtAgent].(string); ok && to != "" {
+		c, ok := a.rules.Agent(to)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownAgent, to)
+		}
+		agents = []*policies.Compiled{c}
+	}
+	var out []Decision
+	for _, c := range agents {
+		ds, err := a.decideAgent(ctx, c, vars)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
+
+func (a *Admitter) decideAgent(ctx context.Context, c *policies.Compiled, vars policies.Vars) ([]Decision, error) {
+	var out []Decision
+	def := c.Definition
+	fail := func(t *policies.CompiledTrigger, err error) {
+		out = append(out, Decision{Agent: def.Name, Trigger: t.Name, Outcome: Failed, Reason: err.Error(), Version: def.Version})
+	}
+	for _, t := range c.Triggers {
+		ok, err := t.Admits(ctx, vars)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			fail(t, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		d := Decision{Agent: def.Name, Trigger: t.Name, Version: def.Version}
+		if d.Session, err = t.SessionOf(ctx, vars); err != nil {
+			fail(t, err)
+			continue
+		}
+		if _, err := d.Ref(); err != nil {
+			fail(t, fmt.Errorf("session %q: %w", d.Session, err))
+			continue
+		}
+		if d.Prompt, err = t.RenderPrompt(vars); err != nil {
+			fail(t, err)
+			continue
+		}
+		if len(d.Prompt) > MaxPromptLen {
+			fail(t, fmt.Errorf("prompt renders to %d bytes, max %d", len(d.Prompt), MaxPromptLen))
+			continue
+		}
+		if t.Rate != nil {
+			key, err := t.RateKey.EvalString(ctx, vars)
+			if err != nil {
+				fail(t, err)
+				continue
+			}
+			ok, err := a.limiter.take(ctx, def.Name, t.Name, key, *t.Rate)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				d.Outcome = RateLimited
+				d.Reason = fmt.Sprintf("rate limit %g/min for key %q exhausted", t.Rate.PerMinute, key)
+				return append(out, d), nil
+			}
+		}
+		d.Outcome = Admitted
+		if t.Debounce != nil {
+			d.Outcome = Debounced
+			d.Window = t.Debounce.Window.D()
+		}
+		return append(out, d), nil
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	return []Decision{{Agent: def.Name, Outcome: Rejected, Reason: "no trigger matched", Version: def.Version}}, nil
+}
+
+// Stamp returns the copy of e that goes to d's session: e with the agent,
+// session, trigger and prompt extensions set.
+func Stamp(e event.Event, d Decision) event.Event {
+	out := e.Clone()
+	out.SetExtension(events.ExtAgent, d.Agent)
+	out.SetExtension(events.ExtSession, d.Session)
+	out.SetExtension(ExtTrigger, d.Trigger)
+	// A sender must not be able to supply what only admission sets.
+	out.SetExtension(ExtPrompt, nil)
+	out.SetExtension(ExtCount, nil)
+	if d.Prompt != "" {
+		out.SetExtension(ExtPrompt, d.Prompt)
+	}
+	return out
+}

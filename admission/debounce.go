@@ -1,0 +1,93 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
+)
+
+// maxDebounceAttempts bounds compare-and-set retries of one pending
+// debounce message under contention.
+const maxDebounceAttempts = 16
+
+// Headers of NATS message schedules (nats-server 2.14+, server/stream.go).
+const (
+	hdrRollup         = "Nats-Rollup"
+	rollupSubject     = "sub"
+	hdrSchedule       = "Nats-Schedule"
+	hdrScheduleTarget = "Nats-Schedule-Target"
+)
+
+// Debounce adds e to the pending burst of d's session: it replaces the
+// session's delayed message on jl.debounce.<agent>.<session> with one that
+// carries e (stamped for d, with ExtCount one more than the message it
+// replaces) and fires on jl.in.<agent>.<session> d.Window after now. The
+// server fires it once, after the burst has been quiet for the window,
+// with the latest event's data. It returns the burst's count so far once
+// JetStream has stored the message.
+//
+// The replacement is a compare-and-set on the debounce subject's last
+// sequence, so concurrent events from several ingest processes each count
+// once; the message's Nats-Msg-Id makes a retried delivery of the same
+// event inside the duplicate window count once too.
+func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int, error) {
+	ref, err := d.Ref()
+	if err != nil {
+		return 0, fmt.Errorf("admission: debounce %s/%s: %w", d.Agent, d.Session, err)
+	}
+	subject, target := a.names.Debounce(ref), a.names.In(ref)
+	stamped := Stamp(e, d)
+	for range maxDebounceAttempts {
+		var last uint64
+		count := 1
+		raw, err := a.in.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
+		default:
+			last = raw.Sequence
+			if prev, err := events.FromMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}); err == nil {
+				if n, err := strconv.Atoi(fmt.Sprint(prev.Extensions()[ExtCount])); err == nil && n > 0 {
+					count = n + 1
+				}
+			}
+		}
+		stamped.SetExtension(ExtCount, strconv.Itoa(count))
+		m, err := events.ToMsg(subject, stamped)
+		if err != nil {
+			return 0, fmt.Errorf("admission: debounce %s: %w", subject, err)
+		}
+		// @at takes whole seconds: round up so the quiet window is never
+		// shorter than asked.
+		at := a.now().Add(d.Window)
+		if t := at.Truncate(time.Second); t.Before(at) {
+			at = t.Add(time.Second)
+		}
+		m.Header.Set(hdrSchedule, "@at "+at.UTC().Format(time.RFC3339))
+		m.Header.Set(hdrScheduleTarget, target)
+		m.Header.Set(hdrRollup, rollupSubject)
+		m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
+		ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
+		if err == nil {
+			if ack.Duplicate {
+				// A retry of an event already in the burst.
+				count--
+			}
+			return count, nil
+		}
+		if !isConflict(err) {
+			return 0, fmt.Errorf("admission: debounce publish on %s: %w", subject, err)
+		}
+	}
+	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)
+}

@@ -1,0 +1,19 @@
+// Package admission decides which agents an event reaches, before it can
+// cost a token.
+//
+// It owns the evaluation of every agent's triggers (their CEL `when`,
+// `session` and `rate.key` expressions, compiled by package policies), the
+// live set of definitions (Rules, kept current from jl_agents), rate
+// limits (a token bucket per agent, trigger and key, its state in KV and
+// updated by compare-and-set so every ingest process shares it), debounce
+// (one delayed `@at` schedule message per session on
+// jl.debounce.<agent>.<session>, replaced through Nats-Rollup by each
+// event of a burst, so the server fires once with the latest data and the
+// burst's count), the decision records in JL_AUDIT, and the dead letters
+// in JL_DLQ for events whose rules failed to evaluate.
+//
+// It sits in the ingest pipeline after dedupe and before the publish of
+// admitted events. It does not verify senders, build CloudEvents, dedupe
+// or publish admitted events to jl.in (package ingest does), and it does
+// not parse definitions (package policies does).
+package admission

@@ -1,0 +1,103 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// maxRateAttempts bounds compare-and-set retries of one token bucket under
+// contention.
+const maxRateAttempts = 16
+
+// limiter is a token bucket per (agent, trigger, key) whose state lives in
+// KV, so every ingest process draws from the same bucket. Each take is a
+// read and a compare-and-set write on the key's revision; a lost race
+// reads again.
+type limiter struct {
+	kv    jetstream.KeyValue
+	names streams.Names
+	now   func() time.Time
+}
+
+// bucketState is the stored state of one bucket: the tokens left at At.
+type bucketState struct {
+	Tokens float64   `json:"tokens"`
+	At     time.Time `json:"at"`
+}
+
+// capacity is the bucket size of r: its burst, else one minute's worth.
+func capacity(r policies.Rate) float64 {
+	if r.Burst > 0 {
+		return float64(r.Burst)
+	}
+	return math.Max(1, math.Floor(r.PerMinute))
+}
+
+// take takes one token for key and reports whether there was one.
+func (l *limiter) take(ctx context.Context, agent, trigger, key string, r policies.Rate) (bool, error) {
+	k, err := l.names.RateKey(agent, trigger, key)
+	if err != nil {
+		return false, fmt.Errorf("%w: rate key of %s/%s: %w", ErrState, agent, trigger, err)
+	}
+	cap := capacity(r)
+	perSec := r.PerMinute / 60
+	// The key outlives a full refill by a margin, then expires: an idle
+	// key costs nothing.
+	ttl := time.Duration(cap/perSec*float64(time.Second)) + time.Minute
+	for range maxRateAttempts {
+		now := l.now()
+		st := bucketState{Tokens: cap, At: now}
+		var rev uint64
+		e, err := l.kv.Get(ctx, k)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		case err != nil:
+			return false, fmt.Errorf("%w: read rate bucket %s: %w", ErrState, k, err)
+		default:
+			rev = e.Revision()
+			var old bucketState
+			if json.Unmarshal(e.Value(), &old) == nil {
+				elapsed := max(0, now.Sub(old.At).Seconds())
+				st.Tokens = math.Min(cap, old.Tokens+elapsed*perSec)
+				if old.At.After(now) {
+					// Another process's clock runs ahead: keep its time
+					// so tokens are not granted twice.
+					st.At = old.At
+				}
+			}
+		}
+		if st.Tokens < 1 {
+			return false, nil
+		}
+		st.Tokens--
+		val, _ := json.Marshal(st)
+		if rev == 0 {
+			_, err = l.kv.Create(ctx, k, val, jetstream.KeyTTL(ttl))
+		} else {
+			_, err = l.kv.Update(ctx, k, val, rev)
+		}
+		if err == nil {
+			return true, nil
+		}
+		if !isConflict(err) {
+			return false, fmt.Errorf("%w: write rate bucket %s: %w", ErrState, k, err)
+		}
+	}
+	return false, fmt.Errorf("%w: rate bucket for %s/%s key %q: too much contention", ErrState, agent, trigger, key)
+}
+
+// isConflict reports a compare-and-set that lost to another writer.
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

@@ -1,0 +1,243 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Audit kinds and dead-letter reasons admission writes.
+const (
+	// AuditKind is the kind token of admission's records in JL_AUDIT.
+	AuditKind = "admission"
+	// NoAgent stands for "every agent" in the agent token of a record
+	// that no single agent made (a duplicate, or an event no agent
+	// admitted). Agent names start with a letter or digit, so it names
+	// none.
+	NoAgent = "_"
+	// DLQReason is the reason token of admission's dead letters.
+	DLQReason = "admission"
+)
+
+// Headers of a dead letter, beside the event's own ce-* headers.
+const (
+	// HeaderRule names the rule that failed, as "agent/trigger".
+	HeaderRule = "Jetloop-Rule"
+	// HeaderError is the evaluation error, on one line.
+	HeaderError = "Jetloop-Error"
+)
+
+// maxReasonLen bounds the error text kept in records and headers.
+const maxReasonLen = 1 << 10
+
+// EventInfo identifies the event of a record.
+type EventInfo struct {
+	ID      string `json:"id"`
+	Source  string `json:"source"`
+	Type    string `json:"type"`
+	Subject string `json:"subject,omitempty"`
+}
+
+// Record is one decision as stored in JL_AUDIT.
+type Record struct {
+	Time  time.Time `json:"time"`
+	Event EventInfo `json:"event"`
+	Decision
+	// Rule is Decision.Rule(), stored for readers.
+	Rule string `json:"rule,omitempty"`
+	// Count is the burst's count so far of a debounced decision.
+	Count int `json:"count,omitempty"`
+	// Seq is the record's JL_AUDIT sequence, set when read.
+	Seq uint64 `json:"-"`
+}
+
+func info(e event.Event) EventInfo {
+	return EventInfo{ID: e.ID(), Source: e.Source(), Type: e.Type(), Subject: e.Subject()}
+}
+
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxReasonLen {
+		s = s[:maxReasonLen] + "…"
+	}
+	return s
+}
+
+// Messages returns what records the decisions ds for e: an audit record
+// for every decision that is not a rejection (or one record when no
+// agent's trigger matched at all), and a dead letter with the event for
+// every rule that failed to evaluate. counts gives the burst count of
+// debounced decisions, by agent; it may be nil. Publish them and await
+// every acknowledgement before answering the sender.
+func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int) ([]*nats.Msg, error) {
+	now := a.now().UTC()
+	var out []*nats.Msg
+	matched := false
+	for _, d := range ds {
+		if d.Outcome == Rejected {
+			continue
+		}
+		matched = true
+		rec := Record{Time: now, Event: info(e), Decision: d, Rule: d.Rule(), Count: counts[d.Agent]}
+		rec.Reason = oneLine(rec.Reason)
+		m, err := a.auditMsg(e, d.Agent, rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		if d.Outcome == Failed {
+			dl, err := a.deadLetter(e, d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, dl)
+		}
+	}
+	if !matched {
+		reason := "no agents"
+		if n := len(ds); n > 0 {
+			reason = fmt.Sprintf("no trigger of %d agent(s) matched", n)
+		}
+		m, err := a.auditMsg(e, NoAgent, Record{Time: now, Event: info(e), Decision: Decision{Outcome: Rejected, Reason: reason}})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// DuplicateMessage returns the audit record of a duplicate delivery of e.
+func (a *Admitter) DuplicateMessage(e event.Event) (*nats.Msg, error) {
+	return a.auditMsg(e, NoAgent, Record{Time: a.now().UTC(), Event: info(e), Decision: Decision{Outcome: Duplicate}})
+}
+
+func (a *Admitter) auditMsg(e event.Event, agent string, rec Record) (*nats.Msg, error) {
+	subject, err := a.names.Audit(AuditKind, agent)
+	if err != nil {
+		return nil, fmt.Errorf("admission: audit subject for %q: %w", agent, err)
+	}
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("admission: encode audit record: %w", err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = body
+	m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject+"|"+string(rec.Outcome)+"|"+rec.Trigger))
+	return m, nil
+}
+
+func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
+	subject, err := a.names.DLQ(DLQReason)
+	if err != nil {
+		return nil, fmt.Errorf("admission: dead letter subject: %w", err)
+	}
+	m, err := events.ToMsg(subject, e)
+	if err != nil {
+		return nil, fmt.Errorf("admission: dead letter of event %s: %w", e.ID(), err)
+	}
+	m.Header.Set(HeaderRule, d.Rule())
+	m.Header.Set(HeaderError, oneLine(d.Reason))
+	m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject+"|"+d.Rule()))
+	return m, nil
+}
+
+// Publish publishes msgs concurrently and returns once JetStream has
+// acknowledged every one, or with the first failure.
+func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("publish on %s: %w", m.Subject, err)
+		}
+		futures = append(futures, f)
+	}
+	var errs []error
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publish on %s: %w", f.Msg().Subject, err))
+		case <-ctx.Done():
+			return fmt.Errorf("publish on %s: %w", f.Msg().Subject, ctx.Err())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Recent returns up to n of the newest admission records in JL_AUDIT
+// written since the given time, oldest first; agent "" means every agent.
+func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) ([]Record, error) {
+	filter := names.AuditAll()
+	if agent != "" {
+		s, err := names.Audit(AuditKind, agent)
+		if err != nil {
+			return nil, err
+		}
+		filter = s
+	} else if s, err := names.Audit(AuditKind, NoAgent); err == nil {
+		filter = strings.TrimSuffix(s, NoAgent) + ">"
+	}
+	cons, err := js.OrderedConsumer(ctx, names.StreamAudit(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+	}
+	pending := info.NumPending
+	var out []Record
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			pending = md.NumPending
+			var rec Record
+			if json.Unmarshal(m.Data(), &rec) != nil {
+				continue
+			}
+			rec.Seq = md.Sequence.Stream
+			out = append(out, rec)
+			if len(out) > n {
+				out = out[1:]
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+		}
+		if got == 0 {
+			break
+		}
+	}
+	return out, nil
+}
