@@ -1,0 +1,29 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jetloop/jetloop/admission"
+)
+
+// Admit evaluates the delivery against every agent's triggers and hands
+// the decisions to the next step.
+func Admit(adm *admission.Admitter) Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, d *Delivery) (*Result, error) {
+			ds, err := adm.Decide(ctx, d.Event)
+			switch {
+			case errors.Is(err, admission.ErrUnknownAgent):
+				return nil, fmt.Errorf("%w: %w", ErrNotFound, err)
+			case errors.Is(err, admission.ErrBadData):
+				return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			case err != nil:
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			d.Decisions = ds
+			return next(ctx, d)
+		}
+	}
+}

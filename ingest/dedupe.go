@@ -1,0 +1,70 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dedupe"
+)
+
+// Deduplicate answers a delivery of an event handled before as a duplicate
+// and records each newly handled event once the rest of the pipeline has
+// succeeded.
+//
+// The order is what makes a crash at any point safe:
+//
+//  1. Look up the event in jl_dedupe. Found: it was handled and every
+//     publish it caused was acknowledged before the record was written,
+//     so answer duplicate and publish nothing.
+//  2. Run admission and publish (next). Every publish carries a
+//     Nats-Msg-Id naming the event and its target subject.
+//  3. Only then write the record, and only then answer 202.
+//
+// A crash before 3 leaves no record: the sender got no 2xx and retries,
+// the retry is handled again, and inside the stream's duplicate window
+// the server drops the repeated publishes (same Nats-Msg-Id), so nothing
+// is published twice; after the window it is at-least-once, which workers
+// tolerate. A crash between 3 and the answer makes the retry a duplicate,
+// which is right: everything was published. An event is therefore never
+// recorded before it was published, and never answered 2xx before both.
+func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetStream, m *Metrics) Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, d *Delivery) (*Result, error) {
+			e := d.Event
+			ent, seen, err := store.Seen(ctx, e.Source(), e.ID())
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			if seen {
+				m.duplicates.WithLabelValues(d.Receiver).Inc()
+				msg, err := adm.DuplicateMessage(e)
+				if err != nil {
+					return nil, err
+				}
+				if err := admission.Publish(ctx, js, []*nats.Msg{msg}); err != nil {
+					return nil, fmt.Errorf("%w: record duplicate: %w", ErrUnavailable, err)
+				}
+				res := &Result{ID: e.ID(), Duplicate: true, Admitted: []Target{}}
+				var first Result
+				if len(ent.Outcome) > 0 && json.Unmarshal(ent.Outcome, &first) == nil && first.Admitted != nil {
+					res.Admitted = first.Admitted
+				}
+				return res, nil
+			}
+			res, err := next(ctx, d)
+			if err != nil {
+				return nil, err
+			}
+			outcome, _ := json.Marshal(res)
+			if err := store.Record(ctx, e.Source(), e.ID(), outcome); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			return res, nil
+		}
+	}
+}

@@ -1,0 +1,16 @@
+// Package ingest turns the outside world into admitted CloudEvents: the
+// HTTP receivers for GitHub webhooks (POST /webhooks/github), CloudEvents
+// over HTTP in binary and structured mode (POST /events) and user requests
+// (POST /v1/agents/{agent}/sessions/{session}/messages).
+//
+// Every receiver verifies its sender and builds a CloudEvent (DESIGN §5);
+// from there every event takes the same pipeline, assembled in one place
+// (Server.pipeline) as middleware: dedupe, admission, publish. A sender
+// gets 202 only once JetStream has acknowledged every publish the event
+// caused; a duplicate gets 202 with "duplicate": true and publishes
+// nothing; when NATS is unreachable or a publish fails, 503 with
+// Retry-After, never 2xx.
+//
+// It does not evaluate rules (package admission does), remember events
+// (package dedupe does) or run agents (the worker does).
+package ingest

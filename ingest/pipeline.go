@@ -1,0 +1,67 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/jetloop/jetloop/admission"
+)
+
+// Delivery is one event on its way through the pipeline.
+type Delivery struct {
+	// Event is the CloudEvent the receiver built.
+	Event event.Event
+	// Receiver names the receiver it came through: github, events or
+	// request.
+	Receiver string
+	// Decisions are admission's, set by the Admit step.
+	Decisions []admission.Decision
+}
+
+// Result is what the sender is told, as JSON.
+type Result struct {
+	ID        string   `json:"id"`
+	Duplicate bool     `json:"duplicate"`
+	Admitted  []Target `json:"admitted"`
+}
+
+// Target is one session an event was admitted to.
+type Target struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	// Debounced marks an event that joined a burst: the session gets one
+	// event for the burst after the trigger's quiet window.
+	Debounced bool `json:"debounced,omitempty"`
+}
+
+// Handler handles one delivery.
+type Handler func(ctx context.Context, d *Delivery) (*Result, error)
+
+// Middleware wraps a Handler with one step of the pipeline.
+type Middleware func(Handler) Handler
+
+// Chain returns h wrapped by mws, the first outermost: Chain(h, a, b)
+// runs a, then b, then h.
+func Chain(h Handler, mws ...Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// Errors the pipeline answers with; see respond for their HTTP statuses.
+var (
+	// ErrUnavailable means a dependency (NATS, a bucket, a stream) did not
+	// answer or refused a write: the sender should retry (503).
+	ErrUnavailable = errors.New("ingest: temporarily unavailable")
+	// ErrBadRequest means the sender's request is malformed (400).
+	ErrBadRequest = errors.New("ingest: bad request")
+	// ErrTooLarge means the body or event exceeds a limit (413).
+	ErrTooLarge = errors.New("ingest: too large")
+	// ErrNotFound means the addressed agent does not exist (404).
+	ErrNotFound = errors.New("ingest: not found")
+	// ErrUnauthorized means the sender could not be verified (401).
+	ErrUnauthorized = errors.New("ingest: unauthorized")
+)

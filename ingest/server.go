@@ -1,0 +1,330 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout     = 8 * time.Second
+	DefaultRetryAfter  = 5 * time.Second
+	DefaultMaxInFlight = 256
+	// MaxRequestBody bounds the body of a user request.
+	MaxRequestBody = 1 << 20
+	// MaxIdempotencyKey bounds an Idempotency-Key header.
+	MaxIdempotencyKey = 256
+)
+
+// Config configures a Server.
+type Config struct {
+	Names streams.Names
+	// GitHubSecret is the webhook secret. Empty: the GitHub receiver
+	// answers 503 (not configured).
+	GitHubSecret []byte
+	// Token is the bearer token of /events and user requests. Empty: those
+	// receivers answer 503 (not configured).
+	Token string
+	// Timeout bounds the handling of one request, so every sender is
+	// answered well within GitHub's 10 seconds. Default 8 s.
+	Timeout time.Duration
+	// RetryAfter is the Retry-After of a 503. Default 5 s.
+	RetryAfter time.Duration
+	// MaxInFlight bounds requests handled at once; more get 503. Default
+	// 256.
+	MaxInFlight int
+	// MaxEventSize bounds the data of one event, in bytes: what NATS can
+	// carry (the connection's max payload, less room for headers). 0:
+	// events.MaxEventSize.
+	MaxEventSize int
+	Log          *slog.Logger
+	Metrics      *Metrics
+	// Now is the clock of event times. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxEventSize == 0 || c.MaxEventSize > events.MaxEventSize {
+		c.MaxEventSize = events.MaxEventSize
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	if c.Timeout < 0 || c.RetryAfter < 0 || c.MaxInFlight < 0 || c.MaxEventSize < 0 {
+		return errors.New("ingest: negative limit in config")
+	}
+	return nil
+}
+
+// Server holds the receivers and the pipeline behind them.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	m        *Metrics
+	handle   Handler
+	inflight chan struct{}
+}
+
+// New assembles the receivers over the pipeline.
+func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, inflight: make(chan struct{}, cfg.MaxInFlight)}
+	s.handle = s.pipeline(js, store, adm)
+	return s, nil
+}
+
+// pipeline is the whole path of an event once its receiver has verified
+// the sender and built the CloudEvent: dedupe, then admission, then
+// publish. Read it top to bottom.
+func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) Handler {
+	return Chain(
+		Publish(js, adm, s.cfg.Names, s.m),
+		Deduplicate(store, adm, js, s.m),
+		Admit(adm),
+	)
+}
+
+// Mount registers the receivers on mux:
+//
+//	POST /webhooks/github                                  verify HMAC → CloudEvent → pipeline
+//	POST /events                                           bearer token → CloudEvent (sdk-go HTTP) → pipeline
+//	POST /v1/agents/{agent}/sessions/{session}/messages    bearer token → request CloudEvent → pipeline
+func (s *Server) Mount(mux *http.ServeMux) {
+	mux.Handle("POST /webhooks/github", s.receiver("github", MaxGitHubBody, s.github))
+	mux.Handle("POST /events", s.receiver("events", s.cfg.MaxEventSize+64<<10, s.bearer(s.cloudEvent)))
+	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/messages", s.receiver("request", MaxRequestBody, s.bearer(s.request)))
+}
+
+// receive turns a request into an event (or an immediate answer).
+type receive func(r *http.Request, body []byte) (e event.Event, answer *answer, err error)
+
+// answer is a response given without the pipeline (a ping).
+type answer struct {
+	status int
+	body   any
+}
+
+// receiver wraps a receive function with what every receiver shares: the
+// in-flight bound, the body limit, the deadline, metrics, and the mapping
+// of errors to statuses.
+func (s *Server) receiver(name string, maxBody int, recv receive) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.cfg.Now()
+		s.m.received.WithLabelValues(name).Inc()
+		defer func() { s.m.seconds.WithLabelValues(name).Observe(s.cfg.Now().Sub(start).Seconds()) }()
+		select {
+		case s.inflight <- struct{}{}:
+			defer func() { <-s.inflight }()
+		default:
+			s.fail(w, name, fmt.Errorf("%w: %d requests in flight", ErrUnavailable, cap(s.inflight)))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+		defer cancel()
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(maxBody)))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				s.fail(w, name, fmt.Errorf("%w: body over %d bytes", ErrTooLarge, maxBody))
+				return
+			}
+			s.fail(w, name, fmt.Errorf("%w: read body: %w", ErrBadRequest, err))
+			return
+		}
+		e, ans, err := recv(r, body)
+		if err != nil {
+			s.fail(w, name, err)
+			return
+		}
+		if ans != nil {
+			writeJSON(w, ans.status, ans.body)
+			return
+		}
+		if n := len(e.Data()); n > s.cfg.MaxEventSize {
+			s.fail(w, name, fmt.Errorf("%w: event %s has %d bytes of data, max %d", ErrTooLarge, e.ID(), n, s.cfg.MaxEventSize))
+			return
+		}
+		res, err := s.handle(ctx, &Delivery{Event: e, Receiver: name})
+		if err != nil {
+			s.fail(w, name, err)
+			return
+		}
+		s.log.Info("event accepted", "receiver", name, "id", e.ID(), "type", e.Type(), "source", e.Source(),
+			"duplicate", res.Duplicate, "admitted", len(res.Admitted))
+		writeJSON(w, http.StatusAccepted, res)
+	})
+}
+
+func (s *Server) github(r *http.Request, body []byte) (event.Event, *answer, error) {
+	if len(s.cfg.GitHubSecret) == 0 {
+		return event.Event{}, nil, fmt.Errorf("%w: GitHub webhook secret not configured (JETLOOP_GITHUB_SECRET)", errNotConfigured)
+	}
+	sig := r.Header.Get(HeaderGitHubSignature)
+	if sig == "" {
+		return event.Event{}, nil, fmt.Errorf("%w: missing %s header", ErrUnauthorized, HeaderGitHubSignature)
+	}
+	if !VerifySignature(s.cfg.GitHubSecret, body, sig) {
+		return event.Event{}, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
+	}
+	e, ping, err := githubEvent(r.Header, body, s.cfg.Now())
+	if err != nil {
+		return e, nil, err
+	}
+	if ping {
+		return e, &answer{status: http.StatusOK, body: map[string]any{"ping": true, "delivery": r.Header.Get(HeaderGitHubDelivery)}}, nil
+	}
+	return e, nil, nil
+}
+
+// bearer checks the Authorization header against the configured token in
+// constant time.
+func (s *Server) bearer(next receive) receive {
+	return func(r *http.Request, body []byte) (event.Event, *answer, error) {
+		if s.cfg.Token == "" {
+			return event.Event{}, nil, fmt.Errorf("%w: ingest token not configured (JETLOOP_INGEST_TOKEN)", errNotConfigured)
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			return event.Event{}, nil, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized)
+		}
+		return next(r, body)
+	}
+}
+
+func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer, error) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	ep, err := cehttp.NewEventFromHTTPRequest(r)
+	if err != nil {
+		return event.Event{}, nil, fmt.Errorf("%w: not a CloudEvent (binary or structured mode): %w", ErrBadRequest, err)
+	}
+	e := *ep
+	if err := e.Validate(); err != nil {
+		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	// What ToMsg refuses could never be published: refuse it now.
+	if _, err := events.ToMsg("ingest.check", e); err != nil {
+		if errors.Is(err, events.ErrTooLarge) {
+			return e, nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+		}
+		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return e, nil, nil
+}
+
+// requestBody is the body of a user request.
+type requestBody struct {
+	Text string `json:"text"`
+}
+
+func (s *Server) request(r *http.Request, body []byte) (event.Event, *answer, error) {
+	agent, session := r.PathValue("agent"), r.PathValue("session")
+	if _, err := streams.NewSessionRef(agent, session); err != nil {
+		return event.Event{}, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	var req requestBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return event.Event{}, nil, fmt.Errorf(`%w: body must be {"text": "..."}: %w`, ErrBadRequest, err)
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return event.Event{}, nil, fmt.Errorf("%w: text is empty", ErrBadRequest)
+	}
+	id := r.Header.Get("Idempotency-Key")
+	switch {
+	case id == "":
+		id = uuid.NewString()
+	case len(id) > MaxIdempotencyKey || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return event.Event{}, nil, fmt.Errorf("%w: Idempotency-Key: at most %d printable characters", ErrBadRequest, MaxIdempotencyKey)
+	}
+	data, _ := json.Marshal(req)
+	e := event.New()
+	e.SetID(id)
+	// The source scopes the Idempotency-Key to the session.
+	e.SetSource("/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session))
+	e.SetType(events.TypeRequest)
+	e.SetSubject(session)
+	e.SetTime(s.cfg.Now().UTC())
+	e.SetExtension(events.ExtAgent, agent)
+	e.SetExtension(events.ExtSession, session)
+	if err := e.SetData(event.ApplicationJSON, data); err != nil {
+		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return e, nil, nil
+}
+
+var errNotConfigured = errors.New("ingest: receiver not configured")
+
+// fail answers err with its status: 503 with Retry-After for anything not
+// the sender's fault, so that no event is ever lost behind a 2xx or a 4xx.
+func (s *Server) fail(w http.ResponseWriter, receiver string, err error) {
+	status := http.StatusServiceUnavailable
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		status = http.StatusUnauthorized
+	case errors.Is(err, ErrBadRequest):
+		status = http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge):
+		status = http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrNotFound):
+		status = http.StatusNotFound
+	}
+	s.m.refused.WithLabelValues(receiver, strconv.Itoa(status)).Inc()
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second)/time.Second))))
+		s.log.Warn("request not handled; sender will retry", "receiver", receiver, "err", err)
+	} else {
+		s.log.Info("request refused", "receiver", receiver, "status", status, "err", err)
+	}
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
