@@ -33,7 +33,7 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *Env) {
 	}
 	fs.StringVar(&f.server, "server", def, "NATS server URL(s), comma-separated (env JETLOOP_SERVER)")
 	fs.StringVar(&f.prefix, "prefix", streams.DefaultPrefix, "subject prefix of the deployment")
-	fs.IntVar(&f.replicas, "replicas", 1, "replicas of streams and buckets when provisioning (3 on a cluster)")
+	fs.IntVar(&f.replicas, "replicas", 0, "replicas of streams and buckets (3 on a cluster); 0 creates missing ones at 1 and leaves existing ones as they are")
 	fs.StringVar(&f.creds, "creds", env.Getenv("JETLOOP_CREDS"), "NATS credentials file (env JETLOOP_CREDS)")
 }
 

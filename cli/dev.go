@@ -60,13 +60,6 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	if err != nil {
 		return fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
-	// Bind HTTP first: a taken port fails before the server starts.
-	l, err := net.Listen("tcp", cfg.http)
-	if err != nil {
-		return fmt.Errorf("listen on --http %s: %w", cfg.http, err)
-	}
-	defer l.Close()
-
 	srv, err := natsd.Start(natsd.Config{
 		Dir:  data,
 		Name: "jetloop-dev",
@@ -92,6 +85,14 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 		}
 	}()
 
+	// Bind HTTP once the store is ours, so a second instance on the same
+	// --data is told about the store, not about a taken port.
+	l, err := net.Listen("tcp", cfg.http)
+	if err != nil {
+		return fmt.Errorf("listen on --http %s: %w", cfg.http, err)
+	}
+	defer l.Close()
+
 	nc, err := connect(srv.ClientURL(), "jetloop dev", log)
 	if err != nil {
 		return err
@@ -111,6 +112,10 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	provisioned = nil
 
 	rt := &Runtime{NC: nc, JS: js, Names: names, Log: log, Health: checks, Mux: baseMux(checks), Getenv: env.Getenv}
+	rt.DataDir = data
+	if err := applyExamples(ctx, rt); err != nil {
+		return fmt.Errorf("apply example agents: %w", err)
+	}
 	parts, err := devComponents(ctx, rt, cfg)
 	if err != nil {
 		return err

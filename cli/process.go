@@ -30,6 +30,9 @@ type Runtime struct {
 	Health *health.Checker
 	Mux    *http.ServeMux
 	Getenv func(string) string
+	// DataDir is `jetloop dev`'s --data folder; empty in a component run
+	// against a server, which keeps no local state.
+	DataDir string
 }
 
 // Component is a long-running part of a process. Run returns when ctx ends
@@ -39,8 +42,12 @@ type Component struct {
 	Run  func(ctx context.Context) error
 }
 
+// stopTimeout bounds how long a process waits for its components once it
+// is asked to stop.
+const stopTimeout = 3 * shutdownGrace
+
 // runComponents runs every component until ctx ends or one fails, then
-// cancels the rest and waits for all of them.
+// cancels the rest and waits for them, at most stopTimeout.
 func runComponents(ctx context.Context, log *slog.Logger, cs []Component) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -56,17 +63,26 @@ func runComponents(ctx context.Context, log *slog.Logger, cs []Component) error 
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	return errors.Join(collect(errs)...)
-}
-
-func collect(ch <-chan error) []error {
-	var out []error
-	for err := range ch {
-		out = append(out, err)
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	<-ctx.Done()
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		errs <- fmt.Errorf("components still running %s after stop was asked", stopTimeout)
 	}
-	return out
+	var out []error
+	for {
+		select {
+		case err := <-errs:
+			out = append(out, err)
+		default:
+			return errors.Join(out...)
+		}
+	}
 }
 
 // connect dials NATS with settings for a long-running component: endless
@@ -90,11 +106,31 @@ func connect(url, name string, log *slog.Logger, extra ...nats.Option) (*nats.Co
 	return nc, nil
 }
 
-// provision creates or updates the streams and buckets and logs what changed.
+// provisionTimeout bounds how long a starting process tries to provision,
+// which may take a while when a cluster is still electing its leaders.
+const provisionTimeout = time.Minute
+
+// provision creates or updates the streams and buckets and logs what
+// changed, retrying while JetStream is not ready yet.
 func provision(ctx context.Context, js jetstream.JetStream, opts streams.Options, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
 	defer cancel()
-	report, err := streams.Provision(ctx, js, opts)
+	var report streams.Report
+	var err error
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 10*time.Second)
+		report, err = streams.Provision(attempt, js, opts)
+		cancelAttempt()
+		if err == nil || errors.Is(err, streams.ErrIncompatible) {
+			break
+		}
+		log.Warn("provisioning failed; retrying", "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("provision streams: %w", err)
+		case <-time.After(pause):
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("provision streams: %w", err)
 	}

@@ -5,7 +5,7 @@
 //   - The mapping between CloudEvents 1.0 (sdk-go's event.Event) and NATS
 //     messages, in binary mode per the CloudEvents NATS protocol binding:
 //     ToMsg writes attributes as percent-encoded "ce-" headers and the data
-//     as the body, and sets Nats-Msg-Id from MsgID; FromMsg reads binary
+//     as the body, and sets Nats-Msg-Id from SubjectMsgID; FromMsg reads binary
 //     mode and also accepts structured-mode JSON, normalising both to the
 //     same event. Every message on jl.in.* and jl.ctl.* goes through these
 //     two functions.

@@ -46,7 +46,7 @@ func Example() {
 	// Output:
 	// jl.in.reviewer.octo=2Frepo=2312
 	// Content-Type: application/json
-	// Nats-Msg-Id: a14532a53f3def5a819a4a4b5c5d970b
+	// Nats-Msg-Id: 8d5b472272b7baf6348b09cbdface5be
 	// ce-datacontenttype: application/json
 	// ce-id: 0f8e3c1a-delivery
 	// ce-jlagent: reviewer

@@ -46,13 +46,28 @@ func MsgID(e event.Event) string {
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
+// SubjectMsgID is the Nats-Msg-Id of e published on subject: the first 32
+// hex digits of the SHA-256 of subject, source and id, NUL-separated.
+// JetStream deduplicates per stream, not per subject, so the subject is
+// part of the key: the same event admitted for two sessions is two
+// messages, while a redelivery to the same session is one.
+func SubjectMsgID(subject string, e event.Event) string {
+	h := sha256.New()
+	h.Write([]byte(subject))
+	h.Write([]byte{0})
+	h.Write([]byte(e.Source()))
+	h.Write([]byte{0})
+	h.Write([]byte(e.ID()))
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
 // ToMsg renders e as a binary-mode message on subject, following the
 // CloudEvents NATS protocol binding: each attribute, extensions included,
 // becomes a header named "ce-" plus the attribute name whose value is the
 // attribute's canonical string form, percent-encoded; the data is the body.
 // The datacontenttype is also written as Content-Type, unless it is itself
 // a CloudEvents format (which would mark the message as structured) or not
-// plain ASCII. Nats-Msg-Id is set to MsgID(e).
+// plain ASCII. Nats-Msg-Id is set to SubjectMsgID(subject, e).
 //
 // It fails with ErrInvalidSubject for a subject that cannot be published
 // to, and with an error wrapping ErrInvalidEvent, usually an
@@ -77,7 +92,7 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	if ct := e.DataContentType(); ct != "" && !isStructured(ct) && plainHeaderValue(ct) {
 		m.Header[contentTypeHeader] = []string{ct}
 	}
-	m.Header[nats.MsgIdHdr] = []string{MsgID(e)}
+	m.Header[nats.MsgIdHdr] = []string{SubjectMsgID(subject, e)}
 	m.Data = bytes.Clone(e.DataEncoded)
 	return m, nil
 }
@@ -128,9 +143,14 @@ func fromMsg(m *nats.Msg) (event.Event, error) {
 		return event.Event{}, err
 	}
 	var e event.Event
-	if isStructured(ct) {
+	switch {
+	case isStructured(ct):
 		e, err = fromStructured(ct, m.Data)
-	} else {
+	case ct == "" && !hasCEHeaders(m.Header) && looksStructured(m.Data):
+		// A structured event sent without a Content-Type (older producers,
+		// `nats pub` with a JSON body): read it as sdk-go's reader does.
+		e, err = fromStructured(structuredPrefix+"+json", m.Data)
+	default:
 		e, err = fromBinary(m, ct, ctKey)
 	}
 	if err != nil {
@@ -324,4 +344,27 @@ func plainHeaderValue(v string) bool {
 		}
 	}
 	return strings.TrimSpace(v) == v
+}
+
+// hasCEHeaders reports whether h has any ce- header.
+func hasCEHeaders(h nats.Header) bool {
+	for k := range h {
+		if len(k) >= len(headerPrefix) && strings.EqualFold(k[:len(headerPrefix)], headerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// looksStructured reports whether body is a JSON object with a specversion
+// member: a structured-mode event.
+func looksStructured(body []byte) bool {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return false
+	}
+	var probe struct {
+		SpecVersion *json.RawMessage `json:"specversion"`
+	}
+	return json.Unmarshal(body, &probe) == nil && probe.SpecVersion != nil
 }

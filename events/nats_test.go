@@ -137,7 +137,7 @@ func TestToMsg(t *testing.T) {
 		"ce-jlsession":       {"octo/repo#12"},
 		"ce-jlhops":          {"2"},
 		"Content-Type":       {"application/json"},
-		"Nats-Msg-Id":        {events.MsgID(e)},
+		"Nats-Msg-Id":        {events.SubjectMsgID(testSubject, e)},
 	}
 	if m.Subject != testSubject {
 		t.Errorf("subject = %q, want %q", m.Subject, testSubject)
@@ -650,4 +650,35 @@ func FuzzFromMsg(f *testing.F) {
 		}
 		requireSameEvent(t, again, e)
 	})
+}
+
+func TestSubjectMsgIDDiffersPerSubject(t *testing.T) {
+	e := event.New()
+	e.SetID("d1")
+	e.SetSource("https://github.com/octo/repo")
+	e.SetType("com.github.ping")
+	a, _ := events.ToMsg("jl.in.reviewer.s", e)
+	b, _ := events.ToMsg("jl.in.labeler.s", e)
+	again, _ := events.ToMsg("jl.in.reviewer.s", e)
+	if a.Header.Get("Nats-Msg-Id") == b.Header.Get("Nats-Msg-Id") {
+		t.Fatal("one event admitted for two sessions gets one Nats-Msg-Id: the stream would drop the second")
+	}
+	if a.Header.Get("Nats-Msg-Id") != again.Header.Get("Nats-Msg-Id") {
+		t.Fatal("the same event on the same subject gets two ids")
+	}
+}
+
+func TestStructuredWithoutContentType(t *testing.T) {
+	body := []byte(`{"specversion":"1.0","id":"x1","source":"/s","type":"t.x","data":{"a":1}}`)
+	e, err := events.FromMsg(&nats.Msg{Subject: "jl.in.a.b", Data: body})
+	if err != nil {
+		t.Fatalf("structured event without Content-Type: %v", err)
+	}
+	if e.ID() != "x1" || string(e.Data()) != `{"a":1}` {
+		t.Fatalf("got id %q data %s", e.ID(), e.Data())
+	}
+	// A body that is not an event, without ce- headers, still fails.
+	if _, err := events.FromMsg(&nats.Msg{Subject: "jl.in.a.b", Data: []byte(`{"a":1}`)}); err == nil {
+		t.Fatal("a plain JSON body was taken for an event")
+	}
 }

@@ -34,14 +34,16 @@ func TestDevKeepsMessagesAcrossRestart(t *testing.T) {
 	if !strings.HasPrefix(ready["nats"], "nats://") || !strings.HasPrefix(ready["http"], "http://") {
 		t.Fatalf("ready line lacks addresses: %v", ready)
 	}
-	resp, err := http.Get(ready["http"] + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/healthz = %d %s", resp.StatusCode, body)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(ready["http"] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s = %d %s", path, resp.StatusCode, body)
+		}
 	}
 
 	nc, err := nats.Connect(ready["nats"])
@@ -60,8 +62,9 @@ func TestDevKeepsMessagesAcrossRestart(t *testing.T) {
 	}
 	nc.Close()
 
-	// A second instance on the same folder is refused with a clear error.
-	second := startProc(t, bin, devArgs(data)...)
+	// A second instance on the same folder, even on the same HTTP port, is
+	// refused with a clear error about the folder.
+	second := startProc(t, bin, "dev", "--data", data, "--nats-port", "0", "--http", strings.TrimPrefix(ready["http"], "http://"))
 	err = second.wait(time.Minute)
 	if exitCode(err) != 1 || !strings.Contains(second.Stderr(), "another jetloop is running") {
 		t.Fatalf("second instance: exit %v, stderr %q", err, second.Stderr())

@@ -3,6 +3,7 @@ package natsd_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -129,4 +130,19 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestTakenPortFailsAtOnceWithTheReason(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = natsd.Start(natsd.Config{Dir: t.TempDir(), Port: port})
+	if err == nil || errors.Is(err, natsd.ErrNotReady) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("start on a taken port: %v, want the listener's error", err)
+	}
+	// The store folder is free again for the next try.
+	start(t, natsd.Config{Dir: t.TempDir()})
 }

@@ -45,15 +45,37 @@ func Start(cfg Config) (*Server, error) {
 		lock.release()
 		return nil, fmt.Errorf("natsd: configure server %s on %s: %w", cfg.Name, cfg.Dir, err)
 	}
-	if cfg.Logf != nil {
-		ns.SetLoggerV2(logger{cfg.Logf}, cfg.Debug, false, false)
-	}
+	// The server reports a failed listener or JetStream only through its
+	// logger; keep the first fatal message to fail Start with it at once.
+	lg := &logger{logf: cfg.Logf, fatal: make(chan string, 1)}
+	ns.SetLoggerV2(lg, cfg.Debug && cfg.Logf != nil, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(readyTimeout) {
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	fail := func(err error) (*Server, error) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		lock.release()
-		return nil, fmt.Errorf("natsd: %w: %s on %s within %s", ErrNotReady, cfg.Name, net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)), readyTimeout)
+		return nil, err
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-lg.fatal:
+			return fail(fmt.Errorf("natsd: start %s on %s: %s", cfg.Name, addr, msg))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("natsd: %w: %s on %s within %s", ErrNotReady, cfg.Name, addr, readyTimeout))
+		}
+	}
+	if !ns.JetStreamEnabled() {
+		msg := "JetStream is not enabled"
+		select {
+		case m := <-lg.fatal:
+			msg = m
+		default:
+		}
+		return fail(fmt.Errorf("natsd: start %s on %s: %s", cfg.Name, addr, msg))
 	}
 	return &Server{cfg: cfg, ns: ns, lock: lock}, nil
 }
@@ -81,7 +103,6 @@ func (c Config) options() (*server.Options, error) {
 		SyncAlways:   always,
 		MaxPayload:   c.MaxPayload,
 		NoSigs:       true,
-		NoLog:        c.Logf == nil,
 		// Monitoring stays off; the process exposes its own metrics.
 		HTTPPort: 0,
 	}
@@ -154,12 +175,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// logger adapts the server's logger interface to a func.
-type logger struct{ logf func(level, msg string) }
+// logger adapts the server's logger interface to a func, and keeps the
+// first fatal message for Start.
+type logger struct {
+	logf  func(level, msg string)
+	fatal chan string
+}
 
-func (l logger) Noticef(format string, v ...any) { l.logf("info", fmt.Sprintf(format, v...)) }
-func (l logger) Warnf(format string, v ...any)   { l.logf("warn", fmt.Sprintf(format, v...)) }
-func (l logger) Fatalf(format string, v ...any)  { l.logf("error", fmt.Sprintf(format, v...)) }
-func (l logger) Errorf(format string, v ...any)  { l.logf("error", fmt.Sprintf(format, v...)) }
-func (l logger) Debugf(format string, v ...any)  { l.logf("debug", fmt.Sprintf(format, v...)) }
-func (l logger) Tracef(format string, v ...any)  { l.logf("debug", fmt.Sprintf(format, v...)) }
+func (l *logger) log(level, format string, v ...any) {
+	if l.logf != nil {
+		l.logf(level, fmt.Sprintf(format, v...))
+	}
+}
+
+func (l *logger) Noticef(format string, v ...any) { l.log("info", format, v...) }
+func (l *logger) Warnf(format string, v ...any)   { l.log("warn", format, v...) }
+func (l *logger) Errorf(format string, v ...any)  { l.log("error", format, v...) }
+func (l *logger) Debugf(format string, v ...any)  { l.log("debug", format, v...) }
+func (l *logger) Tracef(format string, v ...any)  { l.log("debug", format, v...) }
+
+func (l *logger) Fatalf(format string, v ...any) {
+	l.log("error", format, v...)
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +26,20 @@ func (n Names) InConsumerName(agent string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "worker_" + t, nil
+	return consumerName("worker_", t), nil
+}
+
+// maxConsumerName is the server's limit on a durable name.
+const maxConsumerName = 255
+
+// consumerName is prefix+token, or prefix and a hash of the token where
+// that would exceed the server's limit on names.
+func consumerName(prefix, token string) string {
+	if len(prefix)+len(token) <= maxConsumerName {
+		return prefix + token
+	}
+	h := sha256.Sum256([]byte(token))
+	return prefix + token[:64] + "_" + hex.EncodeToString(h[:16])
 }
 
 // InConsumer declares the durable pull consumer on JL_IN that every worker

@@ -56,16 +56,19 @@ func (r Report) Changed() bool {
 }
 
 // Provision creates every resource of Layout(opts) that is missing and
-// brings the managed fields of existing ones in step. It is idempotent: a
-// second run with the same options changes nothing and reports every
-// resource Unchanged. Several processes may run it at once. An existing
-// resource whose config cannot be changed in place (storage type, say)
-// fails with ErrIncompatible naming the stream and the field; Provision
-// changes nothing it does not manage.
+// brings the fields jetloop depends on (subjects, retention, KV history,
+// the allow_* features) of existing ones in step. Replicas, dedupe
+// windows and ages are brought in step only when opts sets them, and
+// descriptions only at creation, so an operator's tuning survives every
+// process start. It is idempotent: a second run with the same options
+// changes nothing and reports every resource Unchanged. Several processes
+// may run it at once. An existing resource whose config cannot be changed
+// in place (storage type, say) fails with ErrIncompatible naming the
+// stream and the field.
 func Provision(ctx context.Context, js jetstream.JetStream, opts Options) (Report, error) {
 	var report Report
 	for _, res := range Layout(opts) {
-		ch, err := provisionOne(ctx, js, res)
+		ch, err := provisionOne(ctx, js, res, tuned(opts, res))
 		if err != nil {
 			return report, err
 		}
@@ -74,7 +77,27 @@ func Provision(ctx context.Context, js jetstream.JetStream, opts Options) (Repor
 	return report, nil
 }
 
-func provisionOne(ctx context.Context, js jetstream.JetStream, res Resource) (Change, error) {
+// tuned returns the fields of res that Provision leaves to the operator
+// because opts does not set them.
+func tuned(opts Options, res Resource) map[string]bool {
+	skip := map[string]bool{"description": true}
+	if opts.Replicas == 0 {
+		skip["num_replicas"] = true
+	}
+	if opts.DedupeWindow == 0 {
+		skip["duplicate_window"] = true
+	}
+	n := opts.Names
+	switch {
+	case res.Kind == KindStream && res.Name == n.StreamAudit() && opts.AuditMaxAge != 0:
+	case res.Kind == KindKV && res.Name == n.BucketDedupe() && opts.DedupeTTL != 0:
+	default:
+		skip["max_age"] = true
+	}
+	return skip
+}
+
+func provisionOne(ctx context.Context, js jetstream.JetStream, res Resource, skip map[string]bool) (Change, error) {
 	ch := Change{Kind: res.Kind, Name: res.Name, Action: Unchanged}
 	s, err := js.Stream(ctx, res.StreamName())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -98,7 +121,7 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, res Resource) (Ch
 	if err := compatible(res, have); err != nil {
 		return ch, err
 	}
-	want, fields := reconcile(res, have)
+	want, fields := reconcile(res, have, skip)
 	if len(fields) == 0 {
 		return ch, nil
 	}
@@ -206,13 +229,13 @@ var managed = []field{
 
 // reconcile returns the existing config with every managed field that
 // differs set as declared, and the names of those fields.
-func reconcile(res Resource, have jetstream.StreamConfig) (jetstream.StreamConfig, []string) {
+func reconcile(res Resource, have jetstream.StreamConfig, skip map[string]bool) (jetstream.StreamConfig, []string) {
 	want := res.Stream
 	out := have
 	out.Subjects = slices.Clone(have.Subjects)
 	var fields []string
 	for _, f := range managed {
-		if f.streamOnly && res.Kind != KindStream {
+		if (f.streamOnly && res.Kind != KindStream) || skip[f.name] {
 			continue
 		}
 		if f.differs(&out, &want) {

@@ -113,18 +113,49 @@ func TestProvisionUpdatesManagedField(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JL_CTL", Subjects: []string{"jl.ctl.>"}, Duplicates: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	change := func(report streams.Report) streams.Change {
+		for _, ch := range report {
+			if ch.Name == "JL_CTL" {
+				return ch
+			}
+		}
+		return streams.Change{}
+	}
+	// Without an explicit window the operator's window is kept; the
+	// features jetloop depends on are switched on.
 	report, err := streams.Provision(ctx, js, streams.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got streams.Change
-	for _, ch := range report {
-		if ch.Name == "JL_CTL" {
-			got = ch
-		}
+	if got := change(report); got.Action != streams.Updated || strings.Contains(strings.Join(got.Fields, ","), "duplicate_window") {
+		t.Fatalf("JL_CTL: %s, want updated without duplicate_window", got)
 	}
-	if got.Action != streams.Updated || !strings.Contains(strings.Join(got.Fields, ","), "duplicate_window") {
+	report, err = streams.Provision(ctx, js, streams.Options{DedupeWindow: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := change(report); got.Action != streams.Updated || strings.Join(got.Fields, ",") != "duplicate_window" {
 		t.Fatalf("JL_CTL: %s, want updated (duplicate_window)", got)
+	}
+}
+
+func TestProvisionKeepsOperatorTuning(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := js.Stream(ctx, "JL_AUDIT")
+	cfg := s.CachedInfo().Config
+	cfg.MaxAge = 90 * 24 * time.Hour
+	cfg.Description = "ours"
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	report, err := streams.Provision(ctx, js, streams.Options{})
+	if err != nil || report.Changed() {
+		t.Fatalf("provision undid the operator's tuning: %v %v", report, err)
 	}
 }
 
@@ -188,6 +219,10 @@ func TestClusterProvisionsAtR3AndSurvivesANodeLoss(t *testing.T) {
 	}
 	if again, err := streams.Provision(ctx, js, opts); err != nil || again.Changed() {
 		t.Fatalf("second provision on the cluster: %v %v", again, err)
+	}
+	// A component started without --replicas never scales it down.
+	if again, err := streams.Provision(ctx, js, streams.Options{}); err != nil || again.Changed() {
+		t.Fatalf("provision without replicas changed the cluster: %v %v", again, err)
 	}
 
 	// Stop the node that leads JL_IN, then the stream and a bucket still

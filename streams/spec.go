@@ -22,15 +22,18 @@ type Options struct {
 	// Names are the deployment's names; the zero value uses DefaultPrefix.
 	Names Names
 	// Replicas of every stream and bucket: 1 on a single server, 3 (or 5)
-	// on a cluster. Default 1.
+	// on a cluster. Zero creates missing resources at 1 and leaves the
+	// replicas of existing ones alone, so a component started without the
+	// setting never scales a deployment down.
 	Replicas int
 	// DedupeWindow is the Nats-Msg-Id window of JL_IN and JL_CTL.
-	// Default 2 minutes.
+	// Zero: 2 minutes for new streams, existing ones left as they are.
 	DedupeWindow time.Duration
-	// DedupeTTL is how long jl_dedupe remembers an event. Default 72 hours.
+	// DedupeTTL is how long jl_dedupe remembers an event.
+	// Zero: 72 hours for a new bucket, an existing one left as it is.
 	DedupeTTL time.Duration
 	// AuditMaxAge is how long JL_AUDIT keeps decision records.
-	// Default 14 days.
+	// Zero: 14 days for a new stream, an existing one left as it is.
 	AuditMaxAge time.Duration
 	// Memory keeps every stream in memory instead of files: for benchmarks
 	// only, since a restart loses everything.

@@ -13,6 +13,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, a second one ends the process at once.
+	context.AfterFunc(ctx, stop)
 	code := cli.Main(ctx, append([]string{"worker"}, os.Args[1:]...), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -30,6 +30,13 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		t.Fatalf("natstest: a cluster needs at least one node, got %d", n)
 	}
 	c := &Cluster{t: t, cfgs: make([]natsd.Config, n), nodes: make([]*natsd.Server, n)}
+	// The stores are made before the cleanup that stops the servers is
+	// registered: cleanups run last first, so the servers stop before
+	// their folders are removed.
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
 	t.Cleanup(c.shutdownAll)
 	name := "jl-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 	// JetStream clustering needs every member's routes at start, so the
@@ -42,7 +49,7 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	for i := range n {
 		cfg := natsd.Config{
-			Dir:     t.TempDir(),
+			Dir:     dirs[i],
 			Name:    fmt.Sprintf("n%d", i+1),
 			Cluster: natsd.ClusterConfig{Name: name, Port: ports[i], Routes: routes},
 		}

@@ -1,0 +1,13 @@
+// Package examples holds the example agent definitions that `jetloop dev`
+// applies at start (an agent already stored is left as it is): a
+// pull request reviewer, an agent answering @jetloop mentions in issue
+// comments, and a demo agent answering user requests, all on the scripted
+// model so they run without an API key.
+package examples
+
+import "embed"
+
+// FS holds the example definitions, one agent a .yaml file.
+//
+//go:embed *.yaml
+var FS embed.FS
