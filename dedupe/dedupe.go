@@ -2,8 +2,6 @@ package dedupe
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,17 +17,13 @@ import (
 // MaxRecordSize bounds the outcome a Record keeps, in bytes.
 const MaxRecordSize = 16 << 10
 
-// MsgID returns the Nats-Msg-Id of the publish of e to subject. One event
-// is published once per admitting agent and session, all into JL_IN,
-// whose duplicate window is per stream: the id therefore names the pair,
-// not the event alone (events.MsgID), or the second agent's copy would be
-// dropped as a duplicate of the first.
+// MsgID returns the Nats-Msg-Id of the publish of e to subject,
+// events.SubjectMsgID. One event is published once per admitting agent
+// and session, all into JL_IN, whose duplicate window is per stream: the
+// id therefore names the pair, not the event alone, or the second agent's
+// copy would be dropped as a duplicate of the first.
 func MsgID(e event.Event, subject string) string {
-	h := sha256.New()
-	h.Write([]byte(events.MsgID(e)))
-	h.Write([]byte{0})
-	h.Write([]byte(subject))
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return events.SubjectMsgID(subject, e)
 }
 
 // Config configures a Store.

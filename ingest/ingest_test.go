@@ -58,7 +58,9 @@ type harness struct {
 	store *dedupe.Store
 }
 
-func start(t *testing.T, window time.Duration, natsOpts ...natstest.Option) *harness {
+func startB(b *testing.B) *harness { return start(b, time.Minute) }
+
+func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *harness {
 	t.Helper()
 	s := natstest.RunServer(t, natsOpts...)
 	_, js := natstest.Connect(t, s.ClientURL())
