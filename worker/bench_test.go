@@ -1,0 +1,204 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+)
+
+type benchDefs map[string]policies.Definition
+
+func (d benchDefs) Get(_ context.Context, agent string) (policies.Definition, error) {
+	def, ok := d[agent]
+	if !ok {
+		return def, fmt.Errorf("agent %q: %w", agent, ErrNotFound)
+	}
+	def.Version = 1
+	return def, nil
+}
+
+func benchServer(b *testing.B, opts streams.Options) (jetstream.JetStream, streams.Names) {
+	b.Helper()
+	srv := natstest.RunServer(b)
+	_, js := natstest.Connect(b, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := streams.Provision(ctx, js, opts); err != nil {
+		b.Fatal(err)
+	}
+	return js, streams.Default()
+}
+
+func benchWorker(b *testing.B, js jetstream.JetStream, cfg Config) (*Worker, func()) {
+	b.Helper()
+	cfg.ID, cfg.WorkDir = "bench", b.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := New(ctx, js, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	b.Cleanup(stop)
+	return w, stop
+}
+
+func waitState(b *testing.B, s *store, ref streams.SessionRef, want Status) State {
+	b.Helper()
+	var st State
+	err := natstest.Poll(context.Background(), 10*time.Minute, func() error {
+		var err error
+		st, _, err = s.load(context.Background(), ref)
+		if err == nil && st.Status != want {
+			err = fmt.Errorf("status %s", st.Status)
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+// BenchmarkStepsVsRaw runs one session whose scripted model (no delay)
+// calls a no-op tool every turn, for b.N turns (2 b.N steps), on one
+// worker; then, in the same run against the same server, the raw
+// JetStream operations those steps need: per step a KV compare-and-set
+// (the intent) and an atomic batch of the same size (the settlement). It
+// reports steps/s of both and their ratio (target: at least 0.8).
+func BenchmarkStepsVsRaw(b *testing.B) {
+	js, names := benchServer(b, streams.Options{})
+	call := policies.ScriptEntry{Text: "again", ToolCalls: []policies.ScriptToolCall{{Name: "noop", Args: map[string]any{"n": 1}}}}
+	def := policies.Definition{Name: "bench", Tools: []string{"noop"}, Budget: policies.Budget{MaxTurns: b.N},
+		Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{call}, Then: &call}}
+	noop := tools.NewFunc(tools.Spec{Name: "noop", Description: "nothing", Schema: json.RawMessage(`{"type":"object"}`), ReplaySafe: true, State: tools.Stateless},
+		func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{Content: "ok"}, nil })
+	w, _ := benchWorker(b, js, Config{Definitions: benchDefs{"bench": def}, Tools: ToolMap{"noop": noop}, Agents: []string{"bench"},
+		Models: func(spec policies.Model) (model.Model, error) { return model.NewScripted(spec) }})
+	ref, _ := streams.NewSessionRef("bench", "s1")
+	ctx := context.Background()
+
+	b.ResetTimer()
+	start := time.Now()
+	if _, err := Send(ctx, js, names, ref, Request{Text: "go"}); err != nil {
+		b.Fatal(err)
+	}
+	st := waitState(b, w.store, ref, StatusBudgetExceeded)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	steps := float64(st.Steps)
+	workerRate := steps / elapsed.Seconds()
+
+	// The raw operations of the same steps, on a session of their own.
+	raw, _ := streams.NewSessionRef("bench", "raw")
+	rs := newState("bench", "raw", time.Now())
+	rev, err := w.store.create(ctx, raw, rs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	entry := func(st *State, k Kind) Entry {
+		e := Entry{ID: st.NextEntry, Kind: k, Turn: st.Turns, Time: time.Now().UTC(), Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
+		st.NextEntry++
+		return e
+	}
+	rawStart := time.Now()
+	for i := 0; i < b.N; i++ {
+		for _, n := range []int{2, 1} { // model step: answer + call; tool step: result
+			rs.Pending = &Intent{Kind: StepModel, Step: rs.Steps + 1, Entry: rs.NextEntry, Owner: "raw", Started: time.Now()}
+			if rev, err = w.store.update(ctx, raw, rs, rev); err != nil {
+				b.Fatal(err)
+			}
+			var es []Entry
+			for range n {
+				es = append(es, entry(&rs, KindAssistant))
+			}
+			rs.Pending, rs.Steps = nil, rs.Steps+1
+			if rev, err = w.store.settle(ctx, raw, es, rs, rev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	rawRate := float64(2*b.N) / time.Since(rawStart).Seconds()
+	b.ReportMetric(workerRate, "steps/s")
+	b.ReportMetric(rawRate, "raw-steps/s")
+	b.ReportMetric(workerRate/rawRate, "ratio")
+}
+
+// BenchmarkIdleSessions runs 10,000 sessions once each (a scripted answer)
+// and reports the heap the worker holds for them once they rest, as the
+// difference between the heap with the worker running and after it
+// stopped (the in-process server's share is in both): idle sessions
+// should hold nothing (target: under 10 MB). The streams are in memory,
+// so the server's atomic batches do not dominate the run.
+func BenchmarkIdleSessions(b *testing.B) {
+	const sessions = 10_000
+	for b.Loop() {
+		js, names := benchServer(b, streams.Options{Memory: true})
+		def := policies.Definition{Name: "idle", Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{{Text: "ok"}}}}
+		w, stop := benchWorker(b, js, Config{Definitions: benchDefs{"idle": def}, Agents: []string{"idle"}, MaxSessions: 512})
+		ctx := context.Background()
+		var last streams.SessionRef
+		for i := range sessions {
+			ref, _ := streams.NewSessionRef("idle", fmt.Sprintf("s%d", i))
+			if _, err := Send(ctx, js, names, ref, Request{Text: "hi"}); err != nil {
+				b.Fatal(err)
+			}
+			last = ref
+		}
+		waitState(b, w.store, last, StatusDone)
+		err := natstest.Poll(ctx, 10*time.Minute, func() error {
+			cs, err := js.Consumer(ctx, names.StreamIn(), "worker_idle")
+			if err != nil {
+				return err
+			}
+			info, err := cs.Info(ctx)
+			if err != nil {
+				return err
+			}
+			w.mu.Lock()
+			running := len(w.runners)
+			w.mu.Unlock()
+			if info.NumAckPending+int(info.NumPending) > 0 || running > 0 {
+				return fmt.Errorf("%d unacked, %d pending, %d running", info.NumAckPending, info.NumPending, running)
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		list, err := List(ctx, js, names)
+		if err != nil || len(list) != sessions {
+			b.Fatalf("%d sessions listed, want %d: %v", len(list), sessions, err)
+		}
+		list = nil
+		var running, stopped runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&running)
+		goroutines := runtime.NumGoroutine()
+		stop()
+		runtime.GC()
+		runtime.ReadMemStats(&stopped)
+		held := float64(running.HeapInuse) - float64(stopped.HeapInuse)
+		b.ReportMetric(held/(1<<20), "MB-held")
+		b.ReportMetric(float64(goroutines-runtime.NumGoroutine()), "goroutines-held")
+	}
+}
