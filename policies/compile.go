@@ -134,8 +134,10 @@ func Compile(d Definition) (*Compiled, error) {
 	return compile(d, nil)
 }
 
-// locate returns the position of a field path in the source, if known.
-type locate func(field string) (line, col int, block bool)
+// locate returns the position in the source of a field path, or, when
+// exprLine > 0, of that 1-based line and column within the field's value
+// (a CEL expression); zeros when unknown.
+type locate func(field string, exprLine, exprCol int) (line, col int)
 
 var (
 	nameRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -153,7 +155,7 @@ type checker struct {
 func (c *checker) add(field string, err error) {
 	e := &Error{Field: field, Err: err}
 	if c.loc != nil {
-		e.Line, e.Column, _ = c.loc(field)
+		e.Line, e.Column = c.loc(field, 0, 0)
 	}
 	c.errs = append(c.errs, e)
 }
@@ -169,20 +171,11 @@ func (c *checker) expr(field, src string, kind exprKind) *Expr {
 	}
 	e := &Error{Field: field, Err: err}
 	if c.loc != nil {
-		line, col, block := c.loc(field)
-		e.Line, e.Column = line, col
+		e.Line, e.Column = c.loc(field, 0, 0)
 		var xe *exprError
-		if errors.As(err, &xe) && xe.line > 0 && line > 0 {
-			// Position the CEL error within the file: a block scalar
-			// starts on the line after its key.
-			e.Line = line + xe.line - 1
-			if block {
-				e.Line++
-				e.Column = xe.col
-			} else if xe.line == 1 {
-				e.Column = col + xe.col - 1
-			} else {
-				e.Column = xe.col
+		if errors.As(err, &xe) && xe.line > 0 {
+			if line, col := c.loc(field, xe.line, xe.col); line > 0 {
+				e.Line, e.Column = line, col
 			}
 		}
 	}

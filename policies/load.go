@@ -74,7 +74,14 @@ func Parse(file string, data []byte) (*Compiled, error) {
 		}
 		return nil, e
 	}
-	c, err := compile(d, func(field string) (int, int, bool) { return position(f, field) })
+	lines := strings.Split(string(data), "\n")
+	c, err := compile(d, func(field string, exprLine, exprCol int) (int, int) {
+		line, col, style := position(f, field)
+		if exprLine == 0 || line == 0 {
+			return line, col
+		}
+		return exprPosition(lines, line, col, style, exprLine, exprCol)
+	})
 	if err != nil {
 		for _, e := range Errors(err) {
 			e.File = file
@@ -87,9 +94,10 @@ func Parse(file string, data []byte) (*Compiled, error) {
 var indexRE = regexp.MustCompile(`\[(\d+)\]`)
 
 // position finds the value node of a field path such as
-// "triggers[0].when" and reports where it is and whether it is a block
-// scalar (| or >). It falls back to the nearest enclosing field found.
-func position(f *ast.File, field string) (line, col int, block bool) {
+// "triggers[0].when" and reports where it is and its block scalar style:
+// '|', '>' or 0 for a flow scalar. It falls back to the nearest enclosing
+// field found.
+func position(f *ast.File, field string) (line, col int, style byte) {
 	parts := strings.Split(indexRE.ReplaceAllString(field, ".[$1]"), ".")
 	for n := len(parts); n > 0; n-- {
 		path := "$"
@@ -112,10 +120,70 @@ func position(f *ast.File, field string) (line, col int, block bool) {
 		if tk == nil {
 			continue
 		}
-		_, isBlock := node.(*ast.LiteralNode)
-		return tk.Position.Line, tk.Position.Column, isBlock
+		if lit, ok := node.(*ast.LiteralNode); ok && lit.Start != nil && lit.Start.Value != "" {
+			style = lit.Start.Value[0]
+		}
+		return tk.Position.Line, tk.Position.Column, style
 	}
-	return 0, 0, false
+	return 0, 0, 0
+}
+
+// exprPosition maps a 1-based position within a field's value to the
+// file: for a flow scalar, from where the value starts; for a literal
+// block (|), line by line below the indicator; for a folded block (>),
+// whose lines CEL sees joined by spaces, along the joined text.
+func exprPosition(lines []string, line, col int, style byte, exprLine, exprCol int) (int, int) {
+	if style == 0 {
+		if exprLine == 1 {
+			// Quoted values start one column after their quote.
+			if line-1 < len(lines) && col-1 < len(lines[line-1]) && strings.ContainsRune(`"'`, rune(lines[line-1][col-1])) {
+				col++
+			}
+			return line, col + exprCol - 1
+		}
+		return line + exprLine - 1, exprCol
+	}
+	// The body starts on the line after the indicator; its indentation is
+	// that of its first non-blank line.
+	var body []int // file line numbers of the body, 1-based
+	indent := -1
+	for n := line + 1; n <= len(lines); n++ {
+		l := lines[n-1]
+		if strings.TrimSpace(l) == "" {
+			body = append(body, n)
+			continue
+		}
+		ind := len(l) - len(strings.TrimLeft(l, " "))
+		if indent < 0 {
+			indent = ind
+		}
+		if ind < indent {
+			break
+		}
+		body = append(body, n)
+	}
+	if indent < 0 || len(body) == 0 {
+		return line, col
+	}
+	if style == '|' {
+		if exprLine-1 < len(body) {
+			return body[exprLine-1], indent + exprCol
+		}
+		return body[len(body)-1], indent + 1
+	}
+	rest := exprCol - 1
+	for _, n := range body {
+		content := strings.TrimRight(lines[n-1], " ")
+		if len(content) <= indent {
+			continue
+		}
+		content = content[indent:]
+		if rest <= len(content) {
+			return n, indent + rest + 1
+		}
+		rest -= len(content) + 1
+	}
+	return body[len(body)-1], indent + 1
 }
 
 // valuePosition finds, for a decoding error without a position (one
