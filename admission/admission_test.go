@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -386,5 +387,63 @@ func TestRecordsAndDeadLetters(t *testing.T) {
 	back, err := events.FromMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
 	if err != nil || back.ID() != "2" {
 		t.Fatalf("dead letter does not carry the event: %v %v", back, err)
+	}
+}
+
+// Rules follow jl_agents: loaded before Synced closes, updated on apply,
+// and a stored version that does not compile leaves the previous one.
+func TestRulesWatchStore(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := policies.NewStore(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, compile(t, pusher).Definition); err != nil {
+		t.Fatal(err)
+	}
+	rules := admission.NewRules()
+	done := make(chan error, 1)
+	go func() { done <- rules.Watch(ctx, store, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-rules.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rules never synced")
+	}
+	if _, ok := rules.Agent("pusher"); !ok {
+		t.Fatal("stored agent not loaded")
+	}
+	v, err := store.Put(ctx, compile(t, reviewer).Definition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if c, ok := rules.Agent("reviewer"); !ok || c.Definition.Version != v {
+			return errors.New("update not seen yet")
+		}
+		return nil
+	})
+	kv, _ := e.js.KeyValue(ctx, e.names.BucketAgents())
+	if _, err := kv.Put(ctx, "reviewer", []byte(`{"definition":{"name":"reviewer","model":{"provider":"scripted"},"triggers":[{"name":"t","when":"event.nope"}]}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, compile(t, limited).Definition); err != nil {
+		t.Fatal(err)
+	}
+	// The later put is seen, so the refused version was processed before it.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if _, ok := rules.Agent("limited"); !ok {
+			return errors.New("later put not seen yet")
+		}
+		return nil
+	})
+	if c, _ := rules.Agent("reviewer"); c.Definition.Version != v {
+		t.Fatalf("reviewer at version %d after a refused version, want %d", c.Definition.Version, v)
 	}
 }
