@@ -38,6 +38,9 @@ type Config struct {
 	Logf func(level, msg string)
 	// Debug turns on the server's debug logging (with Logf).
 	Debug bool
+	// Auth, when set, makes every client log in as one of its users,
+	// with that user's subject permissions. Nil: no authentication.
+	Auth *Auth
 }
 
 // ClusterConfig joins a server to a cluster of embedded or standalone
@@ -90,6 +93,11 @@ func (c Config) Validate() error {
 	}
 	if len(c.Cluster.Routes) > 0 && c.Cluster.Name == "" {
 		return errors.New("natsd: config: cluster routes need a cluster name")
+	}
+	if c.Auth != nil {
+		if err := c.Auth.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Cluster.Name != "" && len(c.Cluster.Routes) == 0 {
 		return fmt.Errorf("natsd: config: cluster %q needs routes to its members (a route to this node itself is fine)", c.Cluster.Name)

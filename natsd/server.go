@@ -106,6 +106,9 @@ func (c Config) options() (*server.Options, error) {
 		// Monitoring stays off; the process exposes its own metrics.
 		HTTPPort: 0,
 	}
+	if c.Auth != nil {
+		opts.Users, opts.Nkeys = c.Auth.Users, c.Auth.Nkeys
+	}
 	if c.Clustered() {
 		cport := c.Cluster.Port
 		if cport == 0 {
