@@ -55,6 +55,11 @@ const (
 	HeaderScheduler = "Nats-Scheduler"
 	// HeaderNext is the next slot of the schedule that fired a tick.
 	HeaderNext = "Nats-Schedule-Next"
+	// HeaderRoutedScheduler and HeaderRoutedNext carry HeaderScheduler and
+	// HeaderNext on a tick the worker routed to an ephemeral session: the
+	// server lets no client publish its own schedule headers.
+	HeaderRoutedScheduler = "Jl-Scheduler"
+	HeaderRoutedNext      = "Jl-Schedule-Next"
 	// hdrSpec is the hash of everything the reconciler put in a schedule
 	// message, so an unchanged schedule is left alone.
 	hdrSpec = "Jl-Schedule-Spec"

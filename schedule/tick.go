@@ -35,11 +35,32 @@ type Tick struct {
 	Session string
 	// Event is the tick as a CloudEvent, its id set to ID.
 	Event event.Event
+	// Scheduler and NextHeader are the tick's headers as fired.
+	Scheduler, NextHeader string
 }
 
-// IsTick reports whether m was fired by a schedule.
+// IsTick reports whether m was fired by a schedule (or routed from one).
 func IsTick(m *nats.Msg) bool {
-	return m.Header != nil && m.Header.Get(HeaderScheduler) != "" && m.Header.Get(HeaderNext) != ""
+	s, n := tickHeaders(m)
+	return s != "" && n != ""
+}
+
+// tickHeaders returns the schedule subject and the next slot of a tick.
+func tickHeaders(m *nats.Msg) (scheduler, next string) {
+	if m.Header == nil {
+		return "", ""
+	}
+	if s := m.Header.Get(HeaderScheduler); s != "" {
+		return s, m.Header.Get(HeaderNext)
+	}
+	return m.Header.Get(HeaderRoutedScheduler), m.Header.Get(HeaderRoutedNext)
+}
+
+// Route returns the headers that make a copy of tick t's message, published
+// elsewhere, read as the same tick.
+func Route(h nats.Header, scheduler, next string) {
+	h.Set(HeaderRoutedScheduler, scheduler)
+	h.Set(HeaderRoutedNext, next)
 }
 
 // ParseTick reads a tick from the message the server fired.
@@ -47,7 +68,7 @@ func ParseTick(m *nats.Msg) (Tick, error) {
 	if !IsTick(m) {
 		return Tick{}, fmt.Errorf("schedule: %w: %s has no %s and %s headers", ErrNotTick, m.Subject, HeaderScheduler, HeaderNext)
 	}
-	scheduler, nextHdr := m.Header.Get(HeaderScheduler), m.Header.Get(HeaderNext)
+	scheduler, nextHdr := tickHeaders(m)
 	e, err := events.FromMsg(m)
 	if err != nil {
 		return Tick{}, fmt.Errorf("schedule: tick from %s: %w", scheduler, err)
@@ -62,7 +83,7 @@ func ParseTick(m *nats.Msg) (Tick, error) {
 	if p, err := ParsePattern(spec.Expr, spec.TimeZone, ""); err == nil {
 		spec.pattern = p
 	}
-	t := Tick{Spec: spec, ID: TickID(scheduler, nextHdr), Session: spec.Session}
+	t := Tick{Spec: spec, ID: TickID(scheduler, nextHdr), Session: spec.Session, Scheduler: scheduler, NextHeader: nextHdr}
 	if next, err := time.Parse(time.RFC3339Nano, nextHdr); err == nil {
 		t.Next = next.UTC()
 		t.Slot = spec.pattern.Slot(t.Next)

@@ -164,7 +164,8 @@ func (r *runner) run(ctx context.Context) {
 func (r *runner) session(ctx context.Context) error {
 	w := r.w
 	// A redelivery of inputs already consumed needs no lease.
-	if st, _, err := w.store.load(ctx, r.ref); err == nil && st.Status.Resting() && st.Pending == nil && r.allAtOrBelow(st.InSeq) {
+	if st, _, err := w.store.load(ctx, r.ref); err == nil && st.Status.Resting() && st.Pending == nil && r.allAtOrBelow(st.InSeq) &&
+		(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
 		r.ack(st)
 		return nil
 	} else if err != nil && !errors.Is(err, ErrNotFound) {

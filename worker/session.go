@@ -16,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/schedule"
 )
 
 // session is a session being run by its lease holder: the state as last
@@ -94,6 +95,8 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			err = s.recover(sctx)
 		case s.st.Status == StatusWorking:
 			err = s.next(sctx)
+		case s.st.Tick != nil && s.st.Tick.Result == "" && !s.st.Status.Waiting():
+			err = s.recordTickResult(sctx)
 		default:
 			s.trace(sctx, TracePoint{Phase: PhaseAck, Step: s.st.Steps})
 			s.r.ack(s.st)
@@ -119,6 +122,9 @@ func (s *session) loop(ctx, sctx context.Context) error {
 // the session's; status changes are announced.
 func (s *session) commit(ctx context.Context, entries []Entry, next State) error {
 	next.Updated = time.Now().UTC()
+	if s.st.Status == StatusWorking && next.Status.Resting() {
+		next.RunEnded = next.Updated
+	}
 	next.Owner = s.w.cfg.ID
 	rev, err := s.w.store.settle(ctx, s.r.ref, entries, next, s.rev)
 	if err != nil {
@@ -166,6 +172,16 @@ func (s *session) input(ctx context.Context, in *input) error {
 	if s.st.Status.Final() {
 		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, fmt.Sprintf("session is %s", s.st.Status))
 		return s.commit(ctx, nil, next)
+	}
+	if schedule.IsTick(&nats.Msg{Header: in.header}) {
+		tev, handled, err := s.tickInput(ctx, in, &next)
+		if err != nil {
+			return err
+		}
+		if handled {
+			return s.commit(ctx, nil, next)
+		}
+		ev = tev
 	}
 	e := s.entry(&next, KindEvent)
 	e.Time = in.time.UTC()
@@ -247,6 +263,9 @@ func (s *session) ensure(ctx context.Context) error {
 func (s *session) next(ctx context.Context) error {
 	if err := s.ensure(ctx); err != nil {
 		return err
+	}
+	if s.st.tickExpired(time.Now()) {
+		return s.tickTimeout(ctx)
 	}
 	if len(s.st.Calls) > 0 {
 		return s.toolStep(ctx, s.st.Calls[0], nil)
@@ -343,8 +362,15 @@ func (s *session) closeCalls(next *State, text string) []Entry {
 
 // stepContext bounds a step by the run's deadline.
 func (s *session) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var deadline time.Time
 	if d := s.st.Limits.Deadline.D(); d > 0 && !s.st.RunStarted.IsZero() {
-		return context.WithDeadline(ctx, s.st.RunStarted.Add(d))
+		deadline = s.st.RunStarted.Add(d)
+	}
+	if t := s.st.Tick; t != nil && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
+		deadline = t.Deadline
+	}
+	if !deadline.IsZero() {
+		return context.WithDeadline(ctx, deadline)
 	}
 	return context.WithCancel(ctx)
 }
@@ -410,6 +436,14 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: StepModel, Step: in.Step, Recovery: rec != nil})
 	s.w.m.stepSeconds.WithLabelValues(string(StepModel)).Observe(time.Since(in.Started).Seconds())
+	if deadline && s.st.tickExpired(time.Now()) {
+		if _, reason := budget(s.st, StepModel, time.Now()); reason == "" {
+			next := s.st.clone()
+			next.UnknownUsage++
+			s.st = next
+			return s.tickTimeout(ctx)
+		}
+	}
 	if deadline {
 		_, reason := budget(s.st, StepModel, time.Now())
 		if reason == "" {
@@ -479,7 +513,15 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 // failStep ends the run as failed with reason, clearing any intent and
 // answering the outstanding calls.
 func (s *session) failStep(ctx context.Context, reason string) error {
+	return s.failStepWith(ctx, reason, nil)
+}
+
+// failStepWith is failStep with a last change to the next state.
+func (s *session) failStepWith(ctx context.Context, reason string, change func(*State)) error {
 	next := s.st.clone()
+	if change != nil {
+		change(&next)
+	}
 	e := s.entry(&next, KindSystem)
 	e.Text = reason
 	entries := append([]Entry{e}, s.closeCalls(&next, "not run: "+reason)...)
@@ -573,6 +615,11 @@ func (s *session) toolStep(ctx context.Context, call CallRef, rec *Intent) error
 	s.w.m.stepSeconds.WithLabelValues(string(StepTool)).Observe(time.Since(in.Started).Seconds())
 	if timedOut && res.isErr {
 		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
+	}
+	if deadline && s.st.tickExpired(time.Now()) {
+		if _, reason := budget(s.st, StepTool, time.Now()); reason == "" {
+			return s.tickTimeout(ctx)
+		}
 	}
 	if deadline {
 		next := s.st.clone()

@@ -221,6 +221,13 @@ type State struct {
 	Pending *Intent `json:"pending,omitempty"`
 	// Steers wait for the next model call.
 	Steers []Steer `json:"steers,omitempty"`
+	// Tick is the schedule tick that started the current or last run.
+	Tick *TickRun `json:"tick,omitempty"`
+	// LastTickID is the last tick consumed: a tick the server fired twice
+	// is processed once.
+	LastTickID string `json:"last_tick_id,omitempty"`
+	// RunEnded is when the last run came to rest.
+	RunEnded time.Time `json:"run_ended,omitzero"`
 	// Owner is the worker that wrote the state last; Epoch counts the
 	// times a worker took the session over.
 	Owner string `json:"owner,omitempty"`
@@ -257,6 +264,10 @@ func (s State) clone() State {
 	if s.Pending != nil {
 		p := *s.Pending
 		c.Pending = &p
+	}
+	if s.Tick != nil {
+		t := *s.Tick
+		c.Tick = &t
 	}
 	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -29,6 +30,8 @@ type Worker struct {
 	store  *store
 	leases *leases
 	in     jetstream.Stream
+	// schedules records tick results and holds the breakers.
+	schedules *schedule.HealthStore
 
 	mu      sync.Mutex
 	runners map[string]*runner // by session key
@@ -63,6 +66,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	w.leases = &leases{js: js, kv: lkv, names: cfg.Names, bucket: cfg.Names.BucketLeases(), ttl: cfg.LeaseTTL, owner: cfg.ID}
 	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
+	}
+	if w.schedules, err = schedule.NewHealthStore(ctx, js, cfg.Names); err != nil {
+		return nil, err
 	}
 	return w, nil
 }

@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// TickRun is the schedule tick that started a session's current or last
+// run: the worker applies its timeout and records its result in
+// jl_schedules when the run rests.
+type TickRun struct {
+	ID       string `json:"id"`
+	Schedule string `json:"schedule"`
+	// Slot is the slot that fired.
+	Slot time.Time `json:"slot,omitzero"`
+	// Deadline is when the tick's timeout ends the run; zero: none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// TimedOut marks a run the tick's timeout ended.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Result is what was recorded in jl_schedules; empty until then.
+	Result string `json:"result,omitempty"`
+}
+
+// tickTimeoutText is the reason a run ended by its tick's timeout.
+const tickTimeoutText = "tick timeout"
+
+// tickInput applies DESIGN §10's worker side to a tick: the routing of
+// ephemeral ticks to their own session, dedupe by tick id, the breaker and
+// the overlap policy. It returns the tick's event for a tick that starts
+// a run; handled reports an input consumed without a run (next then
+// records it).
+func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev event.Event, handled bool, err error) {
+	msg := &nats.Msg{Subject: in.subject, Header: in.header, Data: in.data}
+	t, err := schedule.ParseTick(msg)
+	if err != nil {
+		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "unreadable tick: "+err.Error())
+		return ev, true, nil
+	}
+	log := s.log.With("schedule", t.Spec.Schedule, "tick", t.ID, "slot", t.Slot)
+	if t.Spec.Mode == schedule.Ephemeral && s.r.ref.Session == t.Spec.Session {
+		// The schedule's own session only routes: each tick gets a session
+		// named by its slot.
+		if err := s.w.forwardTick(ctx, t); err != nil {
+			return ev, false, err
+		}
+		log.Info("ephemeral tick routed", "to", t.Session)
+		return ev, true, nil
+	}
+	if next.LastTickID == t.ID {
+		log.Info("tick fired twice (a leader change); processed once")
+		return ev, true, nil
+	}
+	next.LastTickID = t.ID
+	if s.w.schedules != nil {
+		h, err := s.w.schedules.Get(ctx, s.r.ref.Agent, t.Spec.Schedule)
+		if err == nil && h.State == schedule.StateSuspended {
+			log.Warn("tick of a suspended schedule skipped")
+			return ev, true, nil
+		}
+	}
+	if skip, why := s.overlap(ctx, in, t); skip {
+		log.Info("tick skipped", "overlap", t.Spec.Overlap, "why", why)
+		s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultSkipped, errors.New(why))
+		return ev, true, nil
+	}
+	run := &TickRun{ID: t.ID, Schedule: t.Spec.Schedule, Slot: t.Slot}
+	if d := t.Spec.Timeout.D(); d > 0 {
+		run.Deadline = time.Now().UTC().Add(d)
+	}
+	next.Tick = run
+	return t.Event, false, nil
+}
+
+// overlap applies the schedule's overlap policy to a tick about to start a
+// run, and says why it is skipped. A session runs one input at a time, so
+// a tick that fired while the previous run went on is read only after it:
+// skip drops such a tick; queue_one keeps only the latest of the ticks
+// that queued up; cancel_previous lets the latest run.
+func (s *session) overlap(ctx context.Context, in *input, t schedule.Tick) (bool, string) {
+	firedDuringRun := !s.st.RunStarted.IsZero() && in.time.After(s.st.RunStarted) &&
+		(s.st.RunEnded.Before(s.st.RunStarted) || in.time.Before(s.st.RunEnded))
+	switch t.Spec.Overlap {
+	case schedule.OverlapSkip:
+		if s.st.Status.Waiting() {
+			return true, "the previous run is still waiting (" + string(s.st.Status) + ")"
+		}
+		if firedDuringRun {
+			return true, "fired while the previous run was still going"
+		}
+	case schedule.OverlapQueueOne, schedule.OverlapCancelPrevious:
+		if later, ok := s.laterTick(ctx, in.seq, t.Spec.Schedule); ok {
+			return true, fmt.Sprintf("a later tick (seq %d) is queued", later)
+		}
+	}
+	return false, ""
+}
+
+// laterTick finds a tick of the same schedule queued after seq for this
+// session.
+func (s *session) laterTick(ctx context.Context, seq uint64, sched string) (uint64, bool) {
+	subject := s.w.names.In(s.r.ref)
+	for n := 0; n < 1000; n++ {
+		m, err := s.w.in.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		if err != nil {
+			return 0, false
+		}
+		if schedule.IsTick(&nats.Msg{Header: m.Header}) {
+			if t, err := schedule.ParseTick(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err == nil && t.Spec.Schedule == sched {
+				return m.Sequence, true
+			}
+		}
+		seq = m.Sequence
+	}
+	return 0, false
+}
+
+// forwardTick publishes an ephemeral tick to its own session, once per
+// tick id.
+func (w *Worker) forwardTick(ctx context.Context, t schedule.Tick) error {
+	ref, err := streams.NewSessionRef(t.Spec.Agent, t.Session)
+	if err != nil {
+		return fmt.Errorf("worker: route tick %s: %w", t.ID, err)
+	}
+	subject := w.names.In(ref)
+	m, err := events.ToMsg(subject, t.Event)
+	if err != nil {
+		return fmt.Errorf("worker: route tick %s: %w", t.ID, err)
+	}
+	// The session reads it as the same tick.
+	schedule.Route(m.Header, t.Scheduler, t.NextHeader)
+	m.Header.Set(nats.MsgIdHdr, t.ID)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(pctx, m); err != nil {
+		return fmt.Errorf("worker: route tick %s to %s: %w", t.ID, subject, err)
+	}
+	return nil
+}
+
+// tickExpired reports whether the run's tick timeout has passed.
+func (st State) tickExpired(now time.Time) bool {
+	return st.Tick != nil && !st.Tick.Deadline.IsZero() && !now.Before(st.Tick.Deadline)
+}
+
+// tickTimeout ends the run its tick's timeout ran out on, as failed: the
+// session is not final, the next tick starts another run.
+func (s *session) tickTimeout(ctx context.Context) error {
+	reason := fmt.Sprintf("%s: the run of tick %s outlived its schedule's timeout", tickTimeoutText, s.st.Tick.ID)
+	s.log.Warn("tick timeout", "schedule", s.st.Tick.Schedule, "tick", s.st.Tick.ID)
+	return s.failStepWith(ctx, reason, func(next *State) { next.Tick.TimedOut = true })
+}
+
+// recordTickResult records the result of the tick that started the run
+// that has just come to rest, once, and remembers it in the state.
+func (s *session) recordTickResult(ctx context.Context) error {
+	t := s.st.Tick
+	result := schedule.ResultOK
+	var terr error
+	switch {
+	case t.TimedOut:
+		result, terr = schedule.ResultTimeout, errors.New(s.st.Reason)
+	case s.st.Status == StatusDone || s.st.Status == StatusIdle:
+	default:
+		result, terr = schedule.ResultFailed, fmt.Errorf("%s: %s", s.st.Status, s.st.Reason)
+	}
+	s.w.recordTick(ctx, s.r.ref.Agent, t.Schedule, t.ID, t.Slot, result, terr)
+	next := s.st.clone()
+	next.Tick.Result = result
+	return s.commit(ctx, nil, next)
+}
+
+// recordTick writes a tick's result to jl_schedules; the breaker trips
+// there. A failure to record is logged: the run itself has settled.
+func (w *Worker) recordTick(ctx context.Context, agent, sched, id string, slot time.Time, result string, terr error) {
+	if w.schedules == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	h, tripped, err := w.schedules.RecordTick(rctx, agent, sched, id, slot, result, terr)
+	if err != nil {
+		w.log.Warn("record tick result", "agent", agent, "schedule", sched, "tick", id, "err", err)
+		return
+	}
+	if tripped {
+		w.log.Warn("schedule suspended: too many consecutive failures", "agent", agent, "schedule", sched,
+			"failures", h.ConsecutiveFailures, "resume", "jetloop schedules resume "+agent+"/"+sched)
+	}
+}

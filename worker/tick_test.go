@@ -1,0 +1,202 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// scheduleDefs serves one definition to the worker and the reconciler.
+type scheduleDefs struct{ defs }
+
+func (d scheduleDefs) List(context.Context) ([]policies.Definition, error) {
+	var out []policies.Definition
+	for _, def := range d.defs {
+		out = append(out, def)
+	}
+	return out, nil
+}
+
+func (d scheduleDefs) Watch(ctx context.Context) (<-chan policies.Change, error) {
+	return make(chan policies.Change), nil
+}
+
+// runSchedule installs def's schedules and runs a worker for it.
+func runSchedule(t *testing.T, e *env, def policies.Definition) *schedule.Reconciler {
+	t.Helper()
+	d := scheduleDefs{defs{def.Name: def}}
+	r, err := schedule.NewReconciler(context.Background(), schedule.Config{Names: e.names}, e.js, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, worker.Config{Definitions: d, Agents: []string{def.Name}})
+	return r
+}
+
+func monitorDef(sched policies.Schedule, script ...policies.ScriptEntry) policies.Definition {
+	return policies.Definition{Name: "mon", Model: scripted(script...), Schedules: []policies.Schedule{sched}}
+}
+
+// waitHealth waits until the schedule's record satisfies ok.
+func waitHealth(t *testing.T, r *schedule.Reconciler, ok func(schedule.Health) error) schedule.Health {
+	t.Helper()
+	var h schedule.Health
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		var err error
+		if h, err = r.Health().Get(context.Background(), "mon", "drift"); err != nil {
+			return err
+		}
+		return ok(h)
+	})
+	return h
+}
+
+func ticksIn(tr worker.Transcript) int {
+	n := 0
+	for _, e := range tr.Transcript {
+		if e.Kind == worker.KindEvent && e.Name == "dev.jetloop.tick" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPersistentScheduleContinuesOneSession(t *testing.T) {
+	e := setup(t)
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s"},
+		policies.ScriptEntry{Text: "checked"}))
+	ref := e.ref(t, "mon", "drift")
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		if err != nil {
+			return err
+		}
+		if n := ticksIn(tr); n < 3 {
+			return fmt.Errorf("%d ticks in the session so far", n)
+		}
+		return nil
+	})
+	h := waitHealth(t, r, func(h schedule.Health) error {
+		if h.LastResult != schedule.ResultOK {
+			return fmt.Errorf("last result %q", h.LastResult)
+		}
+		return nil
+	})
+	if h.ConsecutiveFailures != 0 || h.State != schedule.StateActive {
+		t.Fatalf("health %+v", h)
+	}
+}
+
+func TestEphemeralScheduleRunsASessionPerTick(t *testing.T) {
+	e := setup(t)
+	runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Session: schedule.Ephemeral},
+		policies.ScriptEntry{Text: "digest"}))
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		sums, err := worker.List(context.Background(), e.js, e.names)
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, s := range sums {
+			if s.Agent == "mon" && s.Session != "drift" && s.Status == worker.StatusDone {
+				done++
+			}
+		}
+		if done < 2 {
+			return fmt.Errorf("%d ephemeral sessions done", done)
+		}
+		return nil
+	})
+}
+
+func TestOverlapSkipDoesNotPileUp(t *testing.T) {
+	e := setup(t)
+	// Each run takes 2.5 slots: with skip, the ticks that fire meanwhile
+	// are dropped, not queued behind it.
+	slow := policies.ScriptEntry{Text: "slow check", Delay: policies.Duration(2500 * time.Millisecond)}
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Overlap: schedule.OverlapSkip}, slow))
+	waitHealth(t, r, func(h schedule.Health) error {
+		if h.LastResult != schedule.ResultSkipped {
+			return fmt.Errorf("last result %q", h.LastResult)
+		}
+		return nil
+	})
+	ref := e.ref(t, "mon", "drift")
+	var tr worker.Transcript
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		var err error
+		tr, err = worker.Show(context.Background(), e.js, e.names, ref)
+		if err != nil {
+			return err
+		}
+		if ticksIn(tr) < 2 {
+			return fmt.Errorf("%d runs", ticksIn(tr))
+		}
+		return nil
+	})
+	// Every run began from a tick that fired after the previous run ended.
+	var lastEnd time.Time
+	for _, en := range tr.Transcript {
+		switch {
+		case en.Kind == worker.KindEvent && en.Name == "dev.jetloop.tick":
+			if !lastEnd.IsZero() && en.Time.Before(lastEnd) {
+				t.Errorf("tick of %s ran though it fired before the previous run ended at %s", en.Time, lastEnd)
+			}
+		case en.Kind == worker.KindAssistant:
+			lastEnd = en.Time
+		}
+	}
+}
+
+func TestBreakerTripsOnFailingTicksAndResumes(t *testing.T) {
+	e := setup(t)
+	failing := policies.ScriptEntry{Error: "server_error"}
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", MaxFailures: 2}, failing))
+	h := waitHealth(t, r, func(h schedule.Health) error {
+		if h.State != schedule.StateSuspended {
+			return fmt.Errorf("state %s after %d failures", h.State, h.ConsecutiveFailures)
+		}
+		return nil
+	})
+	if h.ConsecutiveFailures != 2 || h.LastResult != schedule.ResultFailed {
+		t.Fatalf("tripped with %+v", h)
+	}
+	rep, err := r.Reconcile(context.Background())
+	if err != nil || len(rep.Suspended) != 1 {
+		t.Fatalf("reconcile after trip: %v %v", rep, err)
+	}
+	if _, err := r.Health().Resume(context.Background(), "mon", "drift"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := r.Reconcile(context.Background()); err != nil || len(rep.Added) != 1 {
+		t.Fatalf("reconcile after resume: %v %v", rep, err)
+	}
+}
+
+func TestTickTimeoutFailsTheRunNotTheSession(t *testing.T) {
+	e := setup(t)
+	slow := policies.ScriptEntry{Text: "slow", Delay: policies.Duration(time.Minute)}
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Timeout: policies.Duration(500 * time.Millisecond), MaxFailures: 100}, slow))
+	waitHealth(t, r, func(h schedule.Health) error {
+		if h.LastResult != schedule.ResultTimeout {
+			return fmt.Errorf("last result %q", h.LastResult)
+		}
+		return nil
+	})
+	tr, err := worker.Show(context.Background(), e.js, e.names, e.ref(t, "mon", "drift"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Status.Final() {
+		t.Fatalf("a tick timeout ended the session: %s (%s)", tr.Status, tr.Reason)
+	}
+}
