@@ -1,0 +1,482 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/worker"
+)
+
+type harness struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	names  streams.Names
+	svc    *api.Service
+	client *api.Client
+}
+
+// start runs a provisioned server and the API service on it until the test
+// ends.
+func start(t *testing.T, cfg api.Config) *harness {
+	t.Helper()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Names = names
+	svc, err := api.New(ctx, nc, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := svc.Run(runCtx); err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	t.Cleanup(func() { stop(); wg.Wait() })
+	client := api.NewClient(nc, names)
+	// The service is up once it answers.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		_, err := client.Agents(context.Background())
+		return err
+	})
+	return &harness{nc: nc, js: js, names: names, svc: svc, client: client}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func ref(t *testing.T, agent, session string) streams.SessionRef {
+	t.Helper()
+	r, err := streams.NewSessionRef(agent, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// ctlMsg reads the control message at seq back from JL_CTL.
+func (h *harness) ctlMsg(t *testing.T, seq uint64) control.Message {
+	t.Helper()
+	st, err := h.js.Stream(ctx(t), h.names.StreamCtl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := st.GetMsg(ctx(t), seq)
+	if err != nil {
+		t.Fatalf("JL_CTL message %d: %v", seq, err)
+	}
+	m, err := control.Parse(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestServiceAnnouncesEveryEndpoint(t *testing.T) {
+	h := start(t, api.Config{Build: "test"})
+	msg, err := h.nc.Request("$SRV.INFO."+api.Name, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Name      string `json:"name"`
+		Version   string `json:"version"`
+		Endpoints []struct {
+			Name    string `json:"name"`
+			Subject string `json:"subject"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range info.Endpoints {
+		got[e.Name] = e.Subject
+	}
+	want := []string{"agents", "apply", "send", "status", "show", "steer", "interrupt", "resume", "cancel", "approve", "deny", "fork", "schedules", "events"}
+	if len(api.Endpoints()) != len(want) {
+		t.Errorf("Endpoints() = %v, want %v", api.Endpoints(), want)
+	}
+	for _, name := range want {
+		if got[name] != "jl.api."+name {
+			t.Errorf("endpoint %s on %q, want jl.api.%s", name, got[name], name)
+		}
+	}
+	if info.Name != "jetloop" || info.Version != api.Version {
+		t.Errorf("service %s %s", info.Name, info.Version)
+	}
+}
+
+func TestControlEndpoints(t *testing.T) {
+	h := start(t, api.Config{})
+	turn := 2
+	zero := 0
+	tests := []struct {
+		name    string
+		verb    control.Verb
+		req     api.ControlRequest
+		wantErr error
+		errText string
+	}{
+		{name: "steer", verb: control.Steer, req: api.ControlRequest{Text: "focus on the tests"}},
+		{name: "interrupt", verb: control.Interrupt},
+		{name: "resume with text", verb: control.Resume, req: api.ControlRequest{Text: "go on"}},
+		{name: "cancel", verb: control.Cancel, req: api.ControlRequest{Text: "wrong branch"}},
+		{name: "approve", verb: control.Approve, req: api.ControlRequest{CallID: "toolu_01"}},
+		{name: "deny", verb: control.Deny, req: api.ControlRequest{CallID: "toolu_02", Text: "not on main"}},
+		{name: "fork", verb: control.Fork, req: api.ControlRequest{Turn: &turn, As: "main-retry"}},
+		{name: "fork at turn 0", verb: control.Fork, req: api.ControlRequest{Turn: &zero, As: "main-0"}},
+		{name: "steer without text", verb: control.Steer, wantErr: api.ErrBadRequest, errText: "steer needs text"},
+		{name: "approve without call id", verb: control.Approve, wantErr: api.ErrBadRequest, errText: "approve needs call_id"},
+		{name: "fork without turn", verb: control.Fork, req: api.ControlRequest{As: "x"}, wantErr: api.ErrBadRequest, errText: "turn is required"},
+		{name: "turn on cancel", verb: control.Cancel, req: api.ControlRequest{Turn: &turn}, wantErr: api.ErrBadRequest, errText: "turn is only for fork"},
+		{name: "bad session", verb: control.Cancel, req: api.ControlRequest{Session: strings.Repeat("s", 300)}, wantErr: api.ErrBadRequest, errText: "session name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := tt.req
+			req.Agent = "demo"
+			if req.Session == "" {
+				req.Session = "main"
+			}
+			resp, err := h.client.Control(ctx(t), tt.verb, req)
+			if tt.wantErr != nil {
+				var e *api.Error
+				if !errors.Is(err, tt.wantErr) || !errors.As(err, &e) || !strings.Contains(e.Message, tt.errText) {
+					t.Fatalf("got %v, want %v saying %q", err, tt.wantErr, tt.errText)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Verb != tt.verb || resp.Agent != "demo" || resp.Session != "main" || resp.Seq == 0 || resp.ID == "" {
+				t.Errorf("response %+v", resp)
+			}
+			m := h.ctlMsg(t, resp.Seq)
+			if m.Verb != tt.verb || m.Text != req.Text || m.CallID != req.CallID || m.As != req.As || m.ID != resp.ID || m.Source != "/jetloop/api" {
+				t.Errorf("stored %+v for %+v", m, req)
+			}
+			if req.Turn != nil && m.Turn != *req.Turn {
+				t.Errorf("stored turn %d, want %d", m.Turn, *req.Turn)
+			}
+		})
+	}
+}
+
+func TestControlIdempotent(t *testing.T) {
+	h := start(t, api.Config{})
+	req := api.ControlRequest{Agent: "demo", Session: "main", Text: "once", ID: "chat-42"}
+	a, err := h.client.Control(ctx(t), control.Steer, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.client.Control(ctx(t), control.Steer, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Seq != b.Seq {
+		t.Errorf("a retry with one id was stored twice: seq %d and %d", a.Seq, b.Seq)
+	}
+}
+
+func TestApplyAndAgents(t *testing.T) {
+	h := start(t, api.Config{})
+	demo, err := os.ReadFile("../examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := "name: broken\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: event.type ==\n"
+	_, err = h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "demo.yaml", Content: string(demo)}, {Name: "broken.yaml", Content: bad}}})
+	var e *api.Error
+	if !errors.Is(err, api.ErrBadRequest) || !errors.As(err, &e) || len(e.Problems) == 0 || !strings.HasPrefix(e.Problems[0], "broken.yaml:") {
+		t.Fatalf("apply with a broken file: got %#v, want a 400 listing broken.yaml's problems", err)
+	}
+	if got, err := h.client.Agents(ctx(t)); err != nil || len(got.Agents) != 0 {
+		t.Fatalf("a refused apply stored %v (%v)", got.Agents, err)
+	}
+	res, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "demo.yaml", Content: string(demo)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Applied) != 1 || res.Applied[0].Agent != "demo" || res.Applied[0].Version == 0 || res.Applied[0].Unchanged {
+		t.Errorf("applied %+v", res.Applied)
+	}
+	again, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "demo.yaml", Content: string(demo)}}})
+	if err != nil || !again.Applied[0].Unchanged || again.Applied[0].Version != res.Applied[0].Version {
+		t.Errorf("second apply: %+v, %v", again, err)
+	}
+	agents, err := h.client.Agents(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agents.Agents) != 1 || agents.Agents[0].Definition.Name != "demo" || agents.Agents[0].Source != "demo.yaml" {
+		t.Errorf("agents %+v", agents.Agents)
+	}
+	if _, err := h.client.Apply(ctx(t), api.ApplyRequest{}); !errors.Is(err, api.ErrBadRequest) {
+		t.Errorf("apply of nothing: %v", err)
+	}
+}
+
+// putSession writes a session's state and transcript as a worker would.
+func (h *harness) putSession(t *testing.T, st worker.State, entries []worker.Entry) {
+	t.Helper()
+	kv, err := h.js.KeyValue(ctx(t), h.names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ref(t, st.Agent, st.Session)
+	for _, e := range entries {
+		b, _ := json.Marshal(e)
+		if _, err := kv.Put(ctx(t), h.names.LogKey(r, e.ID), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.NextEntry = uint64(len(entries)) + 1
+	b, _ := json.Marshal(st)
+	if _, err := kv.Put(ctx(t), h.names.StateKey(r), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendStatusShow(t *testing.T) {
+	h := start(t, api.Config{MaxResponse: 64 << 10})
+	sent, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "s1", Text: "hello", ID: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := h.js.Stream(ctx(t), h.names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := in.GetMsg(ctx(t), sent.Seq)
+	if err != nil || raw.Subject != h.names.In(ref(t, "demo", "s1")) {
+		t.Fatalf("JL_IN message %d: %+v, %v", sent.Seq, raw, err)
+	}
+	if _, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "s1", Text: " "}); !errors.Is(err, api.ErrBadRequest) {
+		t.Errorf("empty text: %v", err)
+	}
+
+	now := time.Now().UTC().Truncate(time.Second)
+	h.putSession(t, worker.State{Agent: "demo", Session: "s1", Status: worker.StatusBlocked, Since: now, WaitingFor: "toolu_9", Turns: 1}, nil)
+	var entries []worker.Entry
+	for i := range 40 {
+		entries = append(entries, worker.Entry{ID: uint64(i + 1), Kind: worker.KindUser, Turn: i / 2, Time: now, Text: strings.Repeat("x", 4<<10)})
+	}
+	h.putSession(t, worker.State{Agent: "pr-reviewer", Session: "octo/repo#12", Status: worker.StatusIdle, Since: now}, entries)
+
+	st, err := h.client.Status(ctx(t), api.StatusRequest{Status: "blocked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Sessions) != 1 || st.Sessions[0].Session != "s1" || st.Sessions[0].WaitingFor != "toolu_9" || !st.Sessions[0].Since.Equal(now) {
+		t.Errorf("blocked sessions: %+v", st.Sessions)
+	}
+	all, err := h.client.Status(ctx(t), api.StatusRequest{})
+	if err != nil || len(all.Sessions) != 2 {
+		t.Errorf("all sessions: %+v, %v", all.Sessions, err)
+	}
+
+	// 40 entries of 4 KiB do not fit a 64 KiB response: page through them.
+	var got []uint64
+	from := uint64(0)
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("show does not end")
+		}
+		sh, err := h.client.Show(ctx(t), api.ShowRequest{Agent: "pr-reviewer", Session: "octo/repo#12", From: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh.Agent != "pr-reviewer" || sh.Status != worker.StatusIdle {
+			t.Fatalf("show: %+v", sh.Transcript)
+		}
+		for _, e := range sh.Transcript.Transcript {
+			got = append(got, e.ID)
+		}
+		if !sh.Truncated {
+			break
+		}
+		if sh.Next == 0 || len(sh.Transcript.Transcript) == 0 {
+			t.Fatalf("truncated page without progress: next %d", sh.Next)
+		}
+		from = sh.Next
+	}
+	if len(got) != 40 || got[0] != 1 || got[39] != 40 {
+		t.Errorf("paged entries %v", got)
+	}
+	if _, err := h.client.Show(ctx(t), api.ShowRequest{Agent: "demo", Session: "nobody"}); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("show of a missing session: %v", err)
+	}
+}
+
+func TestSchedulesAndEvents(t *testing.T) {
+	h := start(t, api.Config{})
+	s, err := h.client.Schedules(ctx(t), api.SchedulesRequest{})
+	if err != nil || s.Schedules == nil || len(s.Schedules) != 0 {
+		t.Errorf("schedules: %+v, %v", s, err)
+	}
+	_, err = h.client.Schedules(ctx(t), api.SchedulesRequest{Action: api.ScheduleResume, Agent: "a", Schedule: "nightly"})
+	if !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("resume of a missing schedule: %v", err)
+	}
+	if _, err := h.client.Schedules(ctx(t), api.SchedulesRequest{Action: "restart"}); !errors.Is(err, api.ErrBadRequest) {
+		t.Errorf("unknown action: %v", err)
+	}
+	ev, err := h.client.Events(ctx(t), api.EventsRequest{})
+	if err != nil || ev.Records == nil {
+		t.Errorf("events: %+v, %v", ev, err)
+	}
+	if _, err := h.client.Events(ctx(t), api.EventsRequest{Limit: api.MaxEvents + 1}); !errors.Is(err, api.ErrBadRequest) {
+		t.Errorf("events over the limit: %v", err)
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	h := start(t, api.Config{})
+	msg, err := h.nc.Request(h.names.API("status"), []byte(`{"agent":"a","colour":"red"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "400" || !strings.Contains(msg.Header.Get("Nats-Service-Error"), `unknown field "colour"`) {
+		t.Errorf("unknown field: code %q, error %q", code, msg.Header.Get("Nats-Service-Error"))
+	}
+	// No service on another prefix: the client says so.
+	other, _ := streams.NewNames("other")
+	_, err = api.NewClient(h.nc, other).Agents(ctx(t))
+	if !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "other.api.agents") {
+		t.Errorf("no service: %v", err)
+	}
+}
+
+func TestHTTP(t *testing.T) {
+	h := start(t, api.Config{})
+	mux := http.NewServeMux()
+	h.svc.MountHTTP(mux, api.HTTPConfig{Token: "t0ken"})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	unconfigured := http.NewServeMux()
+	h.svc.MountHTTP(unconfigured, api.HTTPConfig{})
+	srv2 := httptest.NewServer(unconfigured)
+	defer srv2.Close()
+
+	do := func(t *testing.T, base, method, path, token, key, body string) (int, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx(t), method, base+path, bytes.NewReader([]byte(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("%s %s: body: %v", method, path, err)
+		}
+		return resp.StatusCode, out
+	}
+	ctl := "/v1/agents/pr-reviewer/sessions/" + "octo%2Frepo%2312" + "/control"
+	tests := []struct {
+		name       string
+		base       string
+		token, key string
+		body       string
+		want       int
+		wantText   string
+	}{
+		{name: "steer", token: "t0ken", body: `{"verb":"steer","text":"focus on the tests"}`, want: 202},
+		{name: "approve with key", token: "t0ken", key: "slack-1", body: `{"verb":"approve","call_id":"toolu_1"}`, want: 202},
+		{name: "fork", token: "t0ken", body: `{"verb":"fork","turn":1,"as":"octo/repo#12-b"}`, want: 202},
+		{name: "no token", body: `{"verb":"cancel"}`, want: 401, wantText: "bearer"},
+		{name: "wrong token", token: "nope", body: `{"verb":"cancel"}`, want: 401, wantText: "bearer"},
+		{name: "not configured", base: srv2.URL, token: "t0ken", body: `{"verb":"cancel"}`, want: 503, wantText: "JETLOOP_API_TOKEN"},
+		{name: "no verb", token: "t0ken", body: `{"text":"x"}`, want: 400, wantText: "verb"},
+		{name: "unknown verb", token: "t0ken", body: `{"verb":"stop"}`, want: 400, wantText: `unknown verb "stop"`},
+		{name: "unknown field", token: "t0ken", body: `{"verb":"cancel","force":true}`, want: 400, wantText: "force"},
+		{name: "deny without call id", token: "t0ken", body: `{"verb":"deny"}`, want: 400, wantText: "call_id"},
+		{name: "fork without turn", token: "t0ken", body: `{"verb":"fork","as":"b"}`, want: 400, wantText: "turn"},
+		{name: "too large", token: "t0ken", body: `{"verb":"steer","text":"` + strings.Repeat("a", 300<<10) + `"}`, want: 413, wantText: "bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := tt.base
+			if base == "" {
+				base = srv.URL
+			}
+			code, out := do(t, base, http.MethodPost, ctl, tt.token, tt.key, tt.body)
+			if code != tt.want {
+				t.Fatalf("status %d, want %d: %v", code, tt.want, out)
+			}
+			if tt.want != 202 {
+				if msg, _ := out["message"].(string); !strings.Contains(msg, tt.wantText) || out["code"] != float64(tt.want) {
+					t.Errorf("error %v does not say %q", out, tt.wantText)
+				}
+				return
+			}
+			seq := uint64(out["seq"].(float64))
+			m := h.ctlMsg(t, seq)
+			if m.Ref.Session != "octo/repo#12" || string(m.Verb) != out["verb"] || m.Source != "/jetloop/http" {
+				t.Errorf("stored %+v", m)
+			}
+			if tt.key != "" && m.ID != tt.key {
+				t.Errorf("id %q, want the Idempotency-Key %q", m.ID, tt.key)
+			}
+		})
+	}
+	t.Run("retry with one key", func(t *testing.T) {
+		_, a := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"interrupt"}`)
+		_, b := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"interrupt"}`)
+		if a["seq"] != b["seq"] {
+			t.Errorf("seq %v then %v", a["seq"], b["seq"])
+		}
+	})
+	t.Run("sessions", func(t *testing.T) {
+		h.putSession(t, worker.State{Agent: "demo", Session: "s1", Status: worker.StatusPaused, Since: time.Now()}, nil)
+		h.putSession(t, worker.State{Agent: "demo", Session: "s2", Status: worker.StatusDone, Since: time.Now()}, nil)
+		code, out := do(t, srv.URL, http.MethodGet, "/v1/sessions?status=paused", "t0ken", "", "")
+		if code != 200 {
+			t.Fatalf("status %d: %v", code, out)
+		}
+		ss, _ := out["sessions"].([]any)
+		if len(ss) != 1 || ss[0].(map[string]any)["session"] != "s1" {
+			t.Errorf("paused sessions: %v", out)
+		}
+		if code, _ := do(t, srv.URL, http.MethodGet, "/v1/sessions", "", "", ""); code != 401 {
+			t.Errorf("sessions without a token: %d", code)
+		}
+	})
+}

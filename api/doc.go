@@ -1,0 +1,25 @@
+// Package api is the runtime API: the NATS micro service "jetloop" on
+// jl.api.<endpoint>, with one endpoint per CLI verb (agents, apply, send,
+// status, show, steer, interrupt, resume, cancel, approve, deny, fork,
+// schedules, events), and the HTTP routes that expose the same operations
+// (POST /v1/agents/{agent}/sessions/{session}/control, GET /v1/sessions).
+//
+// The CLI is one client of it (Client); an orchestrating agent is another:
+// everything a person can do with `jetloop …` is a request on NATS. Requests
+// and responses are JSON (the types in this package). A failed request is
+// answered with micro's error headers, Nats-Service-Error-Code (an HTTP
+// status: 400 bad request, 404 not found, 500 internal, 503 unavailable,
+// 504 timeout) and Nats-Service-Error (the message), and the Client turns
+// them into an *Error that errors.Is matches against ErrBadRequest,
+// ErrNotFound, ErrUnavailable and ErrTimeout.
+//
+// Several processes may serve the API at once: micro's queue group gives
+// each request to one of them. Nothing is kept in the service: every
+// endpoint reads and writes JetStream (jl_agents, jl_sessions, JL_IN,
+// JL_CTL, jl_schedules, JL_AUDIT) through the packages that own those
+// records.
+//
+// It does not apply control messages (the worker does), validate them
+// (package control does) or decide who may call it: NATS permissions on
+// jl.api.> and the HTTP bearer token do.
+package api

@@ -1,0 +1,297 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// Bounds of requests.
+const (
+	// MaxApplyFiles bounds the files of one apply.
+	MaxApplyFiles = 100
+	// MaxEvents bounds the decisions one events request reads.
+	MaxEvents = 10_000
+	// DefaultEvents is the number of decisions an events request without
+	// a limit reads.
+	DefaultEvents = 50
+)
+
+// Sources of the events the API publishes.
+const (
+	sourceAPI  = "/jetloop/api"
+	sourceHTTP = "/jetloop/http"
+)
+
+// ops maps every endpoint to its operation.
+func (s *Service) ops() map[string]op {
+	ops := map[string]op{
+		EndpointAgents:    handle(s.listAgents),
+		EndpointApply:     handle(s.apply),
+		EndpointSend:      handle(s.send),
+		EndpointStatus:    handle(s.status),
+		EndpointShow:      handle(s.show),
+		EndpointSchedules: handle(s.listSchedules),
+		EndpointEvents:    handle(s.events),
+	}
+	for _, v := range control.Verbs() {
+		ops[string(v)] = handle(func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
+			return s.control(ctx, v, req, sourceAPI)
+		})
+	}
+	return ops
+}
+
+// handle adapts a typed operation to an op.
+func handle[Req, Resp any](fn func(context.Context, Req) (Resp, error)) op {
+	return func(ctx context.Context, body []byte) (any, error) {
+		req, err := decode[Req](body)
+		if err != nil {
+			return nil, err
+		}
+		return fn(ctx, req)
+	}
+}
+
+func (s *Service) listAgents(ctx context.Context, _ AgentsRequest) (AgentsResponse, error) {
+	recs, err := s.agents.Records(ctx)
+	if err != nil {
+		return AgentsResponse{}, err
+	}
+	if recs == nil {
+		recs = []policies.Record{}
+	}
+	return AgentsResponse{Agents: recs}, nil
+}
+
+func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, error) {
+	switch {
+	case len(req.Files) == 0:
+		return ApplyResponse{}, errorf(http.StatusBadRequest, "apply: no files")
+	case len(req.Files) > MaxApplyFiles:
+		return ApplyResponse{}, errorf(http.StatusBadRequest, "apply: %d files, max %d", len(req.Files), MaxApplyFiles)
+	}
+	// Validate every file first: nothing is stored unless all are valid.
+	defs := make([]*policies.Compiled, 0, len(req.Files))
+	var problems []string
+	for _, f := range req.Files {
+		c, err := policies.Parse(f.Name, []byte(f.Content))
+		if err != nil {
+			for _, p := range policies.Errors(err) {
+				problems = append(problems, p.Error())
+			}
+			if len(policies.Errors(err)) == 0 {
+				problems = append(problems, err.Error())
+			}
+			continue
+		}
+		defs = append(defs, c)
+	}
+	if len(problems) > 0 {
+		return ApplyResponse{}, &Error{Code: http.StatusBadRequest,
+			Message:  fmt.Sprintf("apply refused: %d problem(s); nothing was stored", len(problems)),
+			Problems: problems}
+	}
+	out := ApplyResponse{Applied: []Applied{}}
+	for i, c := range defs {
+		before, _ := s.agents.Get(ctx, c.Definition.Name)
+		v, err := s.agents.Put(ctx, c.Definition, policies.WithSource(req.Files[i].Name))
+		if err != nil {
+			return out, err
+		}
+		out.Applied = append(out.Applied, Applied{Agent: c.Definition.Name, Version: v, Unchanged: before.Version == v, Source: req.Files[i].Name})
+		s.log.Info("agent applied", "agent", c.Definition.Name, "version", v, "source", req.Files[i].Name)
+	}
+	return out, nil
+}
+
+// sessionRef validates the agent and session of a request.
+func sessionRef(agent, session string) (streams.SessionRef, error) {
+	if agent == "" || session == "" {
+		return streams.SessionRef{}, errorf(http.StatusBadRequest, "agent and session are required")
+	}
+	ref, err := streams.NewSessionRef(agent, session)
+	if err != nil {
+		return streams.SessionRef{}, errorf(http.StatusBadRequest, "%v", err)
+	}
+	return ref, nil
+}
+
+func (s *Service) send(ctx context.Context, req SendRequest) (SendResponse, error) {
+	ref, err := sessionRef(req.Agent, req.Session)
+	if err != nil {
+		return SendResponse{}, err
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return SendResponse{}, errorf(http.StatusBadRequest, "send to %s: text is empty", ref)
+	}
+	seq, err := worker.Send(ctx, s.js, s.names, ref, worker.Request{Text: req.Text, ID: req.ID, Source: sourceAPI})
+	if err != nil {
+		return SendResponse{}, err
+	}
+	return SendResponse{Agent: ref.Agent, Session: ref.Session, Seq: seq}, nil
+}
+
+func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse, error) {
+	all, err := worker.List(ctx, s.js, s.names)
+	if err != nil {
+		return StatusResponse{}, err
+	}
+	rows := make([]worker.Summary, 0, len(all))
+	for _, x := range all {
+		if (req.Agent == "" || x.Agent == req.Agent) && (req.Status == "" || string(x.Status) == req.Status) {
+			rows = append(rows, x)
+		}
+	}
+	out := StatusResponse{Sessions: rows}
+	if n := fit(rows, s.cfg.MaxResponse-1024); n < len(rows) {
+		out.Sessions, out.Truncated = rows[:n], true
+	}
+	return out, nil
+}
+
+func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, error) {
+	ref, err := sessionRef(req.Agent, req.Session)
+	if err != nil {
+		return ShowResponse{}, err
+	}
+	tr, err := worker.Show(ctx, s.js, s.names, ref)
+	if err != nil {
+		return ShowResponse{}, err
+	}
+	entries := tr.Transcript
+	if req.From > 1 {
+		i, _ := slices.BinarySearchFunc(entries, req.From, func(e worker.Entry, id uint64) int {
+			switch {
+			case e.ID < id:
+				return -1
+			case e.ID > id:
+				return 1
+			}
+			return 0
+		})
+		entries = entries[i:]
+	}
+	out := ShowResponse{Transcript: tr}
+	out.Transcript.Transcript = []worker.Entry{}
+	head, err := json.Marshal(out)
+	if err != nil {
+		return ShowResponse{}, fmt.Errorf("api: show %s: %w", ref, err)
+	}
+	n := fit(entries, s.cfg.MaxResponse-len(head)-64)
+	if n == 0 && len(entries) > 0 {
+		return ShowResponse{}, errorf(http.StatusInternalServerError, "show %s: entry %d does not fit a response of %d bytes", ref, entries[0].ID, s.cfg.MaxResponse)
+	}
+	out.Transcript.Transcript = entries[:n]
+	if n < len(entries) {
+		out.Truncated, out.Next = true, entries[n].ID
+	}
+	return out, nil
+}
+
+// control publishes a control message for the verb.
+func (s *Service) control(ctx context.Context, verb control.Verb, req ControlRequest, source string) (ControlResponse, error) {
+	ref, err := sessionRef(req.Agent, req.Session)
+	if err != nil {
+		return ControlResponse{}, err
+	}
+	m := control.Message{Verb: verb, Text: req.Text, CallID: req.CallID, As: req.As, ID: req.ID, Source: req.Source}
+	if m.Source == "" {
+		m.Source = source
+	}
+	switch {
+	case verb == control.Fork && req.Turn == nil:
+		return ControlResponse{}, errorf(http.StatusBadRequest, "fork %s: turn is required, the last turn to copy", ref)
+	case verb != control.Fork && req.Turn != nil:
+		return ControlResponse{}, errorf(http.StatusBadRequest, "%s %s: turn is only for fork", verb, ref)
+	case req.Turn != nil:
+		m.Turn = *req.Turn
+	}
+	if m.ID == "" {
+		m.ID = uuid.NewString()
+	}
+	seq, err := control.Publish(ctx, s.js, s.names, ref, m)
+	if err != nil {
+		return ControlResponse{}, err
+	}
+	s.log.Info("control message published", "agent", ref.Agent, "session", ref.Session, "verb", verb, "seq", seq, "id", m.ID, "source", m.Source)
+	return ControlResponse{Agent: ref.Agent, Session: ref.Session, Verb: verb, Seq: seq, ID: m.ID}, nil
+}
+
+func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (SchedulesResponse, error) {
+	switch req.Action {
+	case "":
+		hs, err := s.schedules.List(ctx)
+		if err != nil {
+			return SchedulesResponse{}, err
+		}
+		slices.SortFunc(hs, func(a, b schedule.Health) int {
+			return strings.Compare(a.Agent+"/"+a.Schedule, b.Agent+"/"+b.Schedule)
+		})
+		if hs == nil {
+			hs = []schedule.Health{}
+		}
+		return SchedulesResponse{Schedules: hs}, nil
+	case ScheduleResume, ScheduleSuspend:
+		if req.Agent == "" || req.Schedule == "" {
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules %s: agent and schedule are required", req.Action)
+		}
+		var h schedule.Health
+		var err error
+		if req.Action == ScheduleResume {
+			h, err = s.schedules.Resume(ctx, req.Agent, req.Schedule)
+		} else {
+			h, err = s.schedules.Suspend(ctx, req.Agent, req.Schedule)
+		}
+		if errors.Is(err, schedule.ErrNotFound) {
+			return SchedulesResponse{}, errorf(http.StatusNotFound, "no schedule %s/%s", req.Agent, req.Schedule)
+		}
+		if err != nil {
+			return SchedulesResponse{}, err
+		}
+		s.log.Info("schedule "+req.Action+"d", "agent", req.Agent, "schedule", req.Schedule, "state", h.State)
+		return SchedulesResponse{Schedules: []schedule.Health{h}}, nil
+	}
+	return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules: unknown action %q (want %s or %s)", req.Action, ScheduleResume, ScheduleSuspend)
+}
+
+func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse, error) {
+	if req.Limit == 0 {
+		req.Limit = DefaultEvents
+	}
+	if req.Limit < 1 || req.Limit > MaxEvents {
+		return EventsResponse{}, errorf(http.StatusBadRequest, "events: limit %d: want 1 to %d", req.Limit, MaxEvents)
+	}
+	if req.Since.IsZero() {
+		req.Since = time.Now().Add(-time.Hour)
+	}
+	recs, err := admission.Recent(ctx, s.js, s.names, req.Agent, req.Since, req.Limit)
+	if err != nil {
+		return EventsResponse{}, err
+	}
+	if recs == nil {
+		recs = []admission.Record{}
+	}
+	out := EventsResponse{Records: recs}
+	// Keep the newest when they do not all fit.
+	newest := slices.Clone(recs)
+	slices.Reverse(newest)
+	if n := fit(newest, s.cfg.MaxResponse-1024); n < len(recs) {
+		out.Records, out.Truncated = recs[len(recs)-n:], true
+	}
+	return out, nil
+}

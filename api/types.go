@@ -1,0 +1,184 @@
+package api
+
+import (
+	"time"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// Endpoint names: the last token of each endpoint's subject,
+// jl.api.<endpoint>.
+const (
+	EndpointAgents    = "agents"
+	EndpointApply     = "apply"
+	EndpointSend      = "send"
+	EndpointStatus    = "status"
+	EndpointShow      = "show"
+	EndpointSchedules = "schedules"
+	EndpointEvents    = "events"
+	// Every control.Verb is an endpoint too: steer, interrupt, resume,
+	// cancel, approve, deny and fork.
+)
+
+// Endpoints returns every endpoint name.
+func Endpoints() []string {
+	out := []string{EndpointAgents, EndpointApply, EndpointSend, EndpointStatus, EndpointShow}
+	for _, v := range control.Verbs() {
+		out = append(out, string(v))
+	}
+	return append(out, EndpointSchedules, EndpointEvents)
+}
+
+// AgentsRequest lists the stored agent definitions.
+type AgentsRequest struct{}
+
+// AgentsResponse holds the newest version of every agent.
+type AgentsResponse struct {
+	Agents []policies.Record `json:"agents"`
+}
+
+// File is one agent definition file: its name (for error positions) and
+// its YAML.
+type File struct {
+	Name    string `json:"name"`
+	Content string `json:"content"`
+}
+
+// ApplyRequest stores definitions: all of them if every one is valid,
+// none otherwise (the *Error lists the problems).
+type ApplyRequest struct {
+	Files []File `json:"files"`
+}
+
+// Applied is one stored definition.
+type Applied struct {
+	Agent   string `json:"agent"`
+	Version uint64 `json:"version"`
+	// Unchanged: the definition equals the newest stored version, which
+	// was kept.
+	Unchanged bool   `json:"unchanged,omitempty"`
+	Source    string `json:"source,omitempty"`
+}
+
+// ApplyResponse lists what was stored, in the order of the files.
+type ApplyResponse struct {
+	Applied []Applied `json:"applied"`
+}
+
+// SendRequest sends a user message to a session.
+type SendRequest struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	Text    string `json:"text"`
+	// ID is the idempotency key: a message sent twice with one id runs
+	// once. Empty: a new id.
+	ID string `json:"id,omitempty"`
+}
+
+// SendResponse is where the message was stored.
+type SendResponse struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	// Seq is the message's sequence in JL_IN; the session's state records
+	// it as in_seq once handled.
+	Seq uint64 `json:"seq"`
+}
+
+// StatusRequest lists sessions, optionally of one agent or one status.
+type StatusRequest struct {
+	Agent  string `json:"agent,omitempty"`
+	Status string `json:"status,omitempty"`
+}
+
+// StatusResponse holds the sessions, ordered by agent and session. When
+// they would not fit one response, the first ones are given and Truncated
+// is set.
+type StatusResponse struct {
+	Sessions  []worker.Summary `json:"sessions"`
+	Truncated bool             `json:"truncated,omitempty"`
+}
+
+// ShowRequest reads a session's state and transcript from entry From
+// (default 1).
+type ShowRequest struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	From    uint64 `json:"from,omitempty"`
+}
+
+// ShowResponse is `jetloop show --json`'s object. When the transcript
+// would not fit one response, it holds the entries that do, Truncated is
+// set and Next is the From of the next request.
+type ShowResponse struct {
+	worker.Transcript
+	Truncated bool   `json:"truncated,omitempty"`
+	Next      uint64 `json:"next,omitempty"`
+}
+
+// ControlRequest is the request of every control endpoint (the verb is
+// the endpoint): the fields that verb takes, as in the control message
+// (see package control).
+type ControlRequest struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	Text    string `json:"text,omitempty"`
+	CallID  string `json:"call_id,omitempty"`
+	// Turn is required for fork and refused for the other verbs.
+	Turn *int   `json:"turn,omitempty"`
+	As   string `json:"as,omitempty"`
+	// ID is the idempotency key: a message sent twice with one id and
+	// source is stored once. Empty: a new id.
+	ID string `json:"id,omitempty"`
+	// Source names the sender; default /jetloop/api.
+	Source string `json:"source,omitempty"`
+}
+
+// ControlResponse is where the control message was stored.
+type ControlResponse struct {
+	Agent   string       `json:"agent"`
+	Session string       `json:"session"`
+	Verb    control.Verb `json:"verb"`
+	// Seq is the message's sequence in JL_CTL; the session's state
+	// records it as ctl_seq once applied.
+	Seq uint64 `json:"seq"`
+	ID  string `json:"id"`
+}
+
+// Schedule actions.
+const (
+	ScheduleResume  = "resume"
+	ScheduleSuspend = "suspend"
+)
+
+// SchedulesRequest lists schedules (no Action), or resumes or suspends one.
+type SchedulesRequest struct {
+	// Action is "" (list), "resume" (close a tripped breaker) or "suspend".
+	Action   string `json:"action,omitempty"`
+	Agent    string `json:"agent,omitempty"`
+	Schedule string `json:"schedule,omitempty"`
+}
+
+// SchedulesResponse holds the schedules' health: every schedule for a
+// list, the one changed for an action.
+type SchedulesResponse struct {
+	Schedules []schedule.Health `json:"schedules"`
+}
+
+// EventsRequest reads recent admission decisions.
+type EventsRequest struct {
+	Agent string `json:"agent,omitempty"`
+	// Since: decisions after this time. Zero: the last hour.
+	Since time.Time `json:"since,omitzero"`
+	// Limit: at most this many, the newest. Default 50, at most 10000.
+	Limit int `json:"limit,omitempty"`
+}
+
+// EventsResponse holds the decisions, oldest first.
+type EventsResponse struct {
+	Records   []admission.Record `json:"records"`
+	Truncated bool               `json:"truncated,omitempty"`
+}
