@@ -116,12 +116,31 @@ func newFlags(env *Env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, mapping a parse failure to errUsage.
+// parse parses args, mapping a parse failure to errUsage. Flags may come
+// before, between or after the positional arguments (`jetloop show
+// demo/s1 --json`); a "--" ends the flags.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
 		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		// A "--" that Parse consumed leaves the rest as positional.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return errUsage
 	}
 	return nil

@@ -128,3 +128,12 @@ func TestComponentReportsUnreachableServer(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q: want 1 and the URL named", code, errb.String())
 	}
 }
+
+func TestFlagsAfterPositionalArguments(t *testing.T) {
+	var out, errb bytes.Buffer
+	// An unknown flag after the positional argument is still a flag.
+	code := cli.MainEnv(context.Background(), env(&out, &errb, nil), []string{"schedules", "resume", "a/b", "--nope"})
+	if code != 2 || !strings.Contains(errb.String(), "flag provided but not defined: -nope") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -113,6 +113,7 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 
 	rt := &Runtime{NC: nc, JS: js, Names: names, Log: log, Health: checks, Mux: baseMux(checks), Getenv: env.Getenv}
 	rt.DataDir = data
+	rt.Local = true
 	if err := applyExamples(ctx, rt); err != nil {
 		return fmt.Errorf("apply example agents: %w", err)
 	}

@@ -33,6 +33,10 @@ type Runtime struct {
 	// DataDir is `jetloop dev`'s --data folder; empty in a component run
 	// against a server, which keeps no local state.
 	DataDir string
+	// Local marks a process running everything on one machine (`jetloop
+	// dev`): the HTTP tools may reach loopback and private addresses, as
+	// JETLOOP_HTTP_ALLOW_PRIVATE=1 allows elsewhere.
+	Local bool
 }
 
 // Component is a long-running part of a process. Run returns when ctx ends

@@ -169,8 +169,11 @@ func when(t, now time.Time) string {
 		return "-"
 	}
 	d := t.Sub(now).Round(time.Second)
-	if d >= 0 {
+	switch {
+	case d > 0:
 		return "in " + d.String()
+	case d == 0:
+		return "now"
 	}
 	return (-d).String() + " ago"
 }

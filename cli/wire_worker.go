@@ -50,7 +50,8 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	log := rt.Log.With("component", "worker", "worker", id)
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names})...)
+		tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
+			HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"})...)
 	if err != nil {
 		return Component{}, err
 	}

@@ -47,6 +47,8 @@ type Scripted struct {
 	metrics *Metrics
 	entries []scriptAnswer
 	then    scriptAnswer
+	// perRun restarts the script at every run (script_scope: run).
+	perRun bool
 }
 
 // scriptAnswer is one validated entry, ready to answer.
@@ -72,6 +74,13 @@ func NewScripted(spec policies.Model) (*Scripted, error) {
 		return nil, errors.New("scripted model: script is empty and then is unset: give at least one entry")
 	}
 	s := &Scripted{name: spec.Name}
+	switch spec.ScriptScope {
+	case "", "session":
+	case "run":
+		s.perRun = true
+	default:
+		return nil, fmt.Errorf("scripted model: script_scope %q: want session or run", spec.ScriptScope)
+	}
 	if s.name == "" {
 		s.name = ProviderScripted
 	}
@@ -165,6 +174,9 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 		return Response{}, err
 	}
 	pos := Position(req.Messages)
+	if s.perRun {
+		pos = RunPosition(req.Messages)
+	}
 	a := s.then
 	if pos < len(s.entries) {
 		a = s.entries[pos]
@@ -206,6 +218,22 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 		}
 	}
 	return resp, nil
+}
+
+// RunPosition is the number of assistant messages since the last user
+// message: the index of the script entry that answers the next call of a
+// script that starts over at every run.
+func RunPosition(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		switch m.Role {
+		case RoleUser:
+			n = 0
+		case RoleAssistant:
+			n++
+		}
+	}
+	return n
 }
 
 // Position is the number of assistant messages in a transcript: the index

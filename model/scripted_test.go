@@ -246,3 +246,30 @@ func TestNewScriptedValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestScriptScopeRunStartsOverAtEveryRun(t *testing.T) {
+	s, err := model.NewScripted(policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+		{Text: "fetching", ToolCalls: []policies.ScriptToolCall{{Name: "http_get", Args: map[string]any{"url": "https://example.com"}}}},
+		{Text: "no change"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := []model.Message{{Role: model.RoleUser, Text: "tick 1"}}
+	for tick := 1; tick <= 3; tick++ {
+		r1, err := s.Complete(context.Background(), model.Request{Messages: run})
+		if err != nil || len(r1.ToolCalls) != 1 {
+			t.Fatalf("tick %d first call: %+v %v", tick, r1, err)
+		}
+		run = append(run, model.Message{Role: model.RoleAssistant, Text: r1.Text, ToolCalls: r1.ToolCalls},
+			model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{{CallID: r1.ToolCalls[0].ID, Content: "200 OK"}}})
+		r2, err := s.Complete(context.Background(), model.Request{Messages: run})
+		if err != nil || r2.Text != "no change" || len(r2.ToolCalls) != 0 {
+			t.Fatalf("tick %d second call: %+v %v", tick, r2, err)
+		}
+		run = append(run, model.Message{Role: model.RoleAssistant, Text: r2.Text}, model.Message{Role: model.RoleUser, Text: "next tick"})
+	}
+	if _, err := model.NewScripted(policies.Model{Provider: "scripted", ScriptScope: "turn"}); err == nil {
+		t.Fatal("an unknown script_scope was accepted")
+	}
+}

@@ -327,6 +327,14 @@ func checkModel(c *checker, m Model) {
 	if m.MaxTokens < 0 {
 		c.addf("model.max_tokens", "must not be negative")
 	}
+	switch m.ScriptScope {
+	case "", "session", "run":
+		if m.ScriptScope != "" && m.Provider != "scripted" {
+			c.addf("model.script_scope", "only the scripted provider takes a script")
+		}
+	default:
+		c.addf("model.script_scope", "%q: want session or run", m.ScriptScope)
+	}
 	entries := m.Script
 	if m.Then != nil {
 		entries = append(entries[:len(entries):len(entries)], *m.Then)

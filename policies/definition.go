@@ -52,6 +52,11 @@ type Model struct {
 	// Then answers every call after the script ran out; default: the last
 	// entry's text without tool calls.
 	Then *ScriptEntry `yaml:"then,omitempty" json:"then,omitempty"`
+	// ScriptScope is where the script starts over: "session" (default: one
+	// script for the session's whole life) or "run" (every event or tick
+	// starts it again, for scheduled agents that do the same steps each
+	// time).
+	ScriptScope string `yaml:"script_scope,omitempty" json:"script_scope,omitempty"`
 }
 
 // ScriptEntry is one scripted model response.
