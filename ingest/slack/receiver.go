@@ -1,0 +1,346 @@
+package slack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultWindow is how far a request's timestamp may be from the clock.
+	DefaultWindow = 5 * time.Minute
+	// DefaultTimeout bounds the handling of a request, well within the
+	// 3 seconds Slack waits.
+	DefaultTimeout = 2500 * time.Millisecond
+	// MaxBody bounds a request body, in bytes.
+	MaxBody = 256 << 10
+	// retryTTL is how long a handled event id is remembered: longer than
+	// Slack's last retry, about five minutes after the first delivery.
+	retryTTL = time.Hour
+)
+
+// Dedupe sources in jl_dedupe.
+const (
+	sourceSignature = "slack-signature"
+	sourceEvent     = "slack-event"
+)
+
+// Config configures a Receiver.
+type Config struct {
+	Names streams.Names
+	// SigningSecret is the Slack app's signing secret. Empty: the receiver
+	// answers 503 (not configured).
+	SigningSecret []byte
+	// Channels maps channel ids to the sessions they control.
+	Channels Channels
+	// Window is how far a timestamp may be from the clock. Default 5 min.
+	Window time.Duration
+	// Timeout bounds one request. Default 2.5 s.
+	Timeout time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	if c.Window < 0 || c.Timeout < 0 {
+		return errors.New("slack: negative window or timeout")
+	}
+	return nil
+}
+
+// Receiver is the http.Handler of POST /chat/slack.
+type Receiver struct {
+	cfg   Config
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	seen  *dedupe.Store
+	names streams.Names
+	log   *slog.Logger
+}
+
+// New binds a receiver to the deployment's jl_dedupe bucket and JL_CTL.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Receiver, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, cfg.Names.BucketDedupe())
+	if err != nil {
+		return nil, fmt.Errorf("slack: open bucket %s: %w", cfg.Names.BucketDedupe(), err)
+	}
+	seen, err := dedupe.New(ctx, js, dedupe.Config{Names: cfg.Names, TTL: retryTTL})
+	if err != nil {
+		return nil, fmt.Errorf("slack: %w", err)
+	}
+	return &Receiver{cfg: cfg, js: js, kv: kv, seen: seen, names: cfg.Names, log: cfg.Log}, nil
+}
+
+// Mount registers the receiver on mux at POST /chat/slack.
+func (r *Receiver) Mount(mux *http.ServeMux) { mux.Handle("POST /chat/slack", r) }
+
+// httpError is an answer with a status.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func refuse(status int, format string, args ...any) error {
+	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP verifies the request, then publishes the command it carries.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	ctx, cancel := context.WithTimeout(req.Context(), r.cfg.Timeout)
+	defer cancel()
+	resp, err := r.handle(ctx, req, w)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		var he *httpError
+		if errors.As(err, &he) {
+			status = he.status
+		}
+		if status >= 500 {
+			w.Header().Set("Retry-After", "1")
+			r.log.Warn("slack request not handled; Slack will retry", "err", err)
+		} else {
+			r.log.Info("slack request refused", "status", status, "err", err)
+		}
+		writeJSON(w, status, map[string]any{"ok": false, "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// verify checks the signature, the timestamp and that the signature was
+// not used before, in that order: nothing unauthenticated reaches the
+// bucket.
+func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) error {
+	if len(r.cfg.SigningSecret) == 0 {
+		return refuse(http.StatusServiceUnavailable, "slack signing secret not configured (JETLOOP_SLACK_SIGNING_SECRET)")
+	}
+	ts, sig := h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if ts == "" || sig == "" {
+		return refuse(http.StatusUnauthorized, "missing %s or %s header", HeaderSignature, HeaderTimestamp)
+	}
+	if !Verify(r.cfg.SigningSecret, ts, body, sig) {
+		return refuse(http.StatusUnauthorized, "%s does not match the body", HeaderSignature)
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return refuse(http.StatusUnauthorized, "%s %q is not Unix seconds", HeaderTimestamp, ts)
+	}
+	if age := r.cfg.Now().Sub(time.Unix(sec, 0)); age > r.cfg.Window || age < -r.cfg.Window {
+		return refuse(http.StatusUnauthorized, "%s is %s from now, more than %s", HeaderTimestamp, age.Round(time.Second), r.cfg.Window)
+	}
+	// A signature verifies only within the window either side of its
+	// timestamp: remembering it for twice the window covers every moment
+	// it could be replayed.
+	h2 := sha256.Sum256([]byte(sig))
+	key := r.names.DedupeKey(sourceSignature, hex.EncodeToString(h2[:]))
+	_, err = r.kv.Create(ctx, key, []byte(ts), jetstream.KeyTTL(2*r.cfg.Window))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return refuse(http.StatusUnauthorized, "replayed request: this signature was used at %s", ts)
+	case err != nil:
+		return fmt.Errorf("slack: remember signature: %w", err)
+	}
+	return nil
+}
+
+// request is what a verified request asks.
+type request struct {
+	// challenge is set for the Events API's URL verification.
+	challenge string
+	slash     bool
+	team      string
+	channel   string
+	user      string
+	text      string
+	// id identifies the delivery across Slack's retries.
+	id string
+	// ignore says why a request carries no command.
+	ignore string
+}
+
+func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.ResponseWriter) (any, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, refuse(http.StatusRequestEntityTooLarge, "body over %d bytes", MaxBody)
+		}
+		return nil, refuse(http.StatusBadRequest, "read body: %v", err)
+	}
+	if err := r.verify(ctx, req.Header, body); err != nil {
+		return nil, err
+	}
+	in, err := parseRequest(req.Header.Get("Content-Type"), body)
+	if err != nil {
+		return nil, err
+	}
+	if in.challenge != "" {
+		return map[string]string{"challenge": in.challenge}, nil
+	}
+	log := r.log.With("team", in.team, "channel", in.channel, "user", in.user, "id", in.id)
+	if in.ignore != "" {
+		log.Debug("slack request ignored", "why", in.ignore)
+		return r.answer(in, false, "ignored: "+in.ignore), nil
+	}
+	m, ok, err := ParseCommand(in.text)
+	if !ok {
+		return r.answer(in, false, "no command; try: stop, pause, resume [text], steer <text>, approve <id>, deny <id>"), nil
+	}
+	if err != nil {
+		// The sender's mistake: answered, not retried.
+		return r.answer(in, false, err.Error()), nil
+	}
+	ref, ok := r.cfg.Channels[in.channel]
+	if !ok {
+		log.Info("slack command from a channel that controls no session", "verb", m.Verb)
+		return r.answer(in, false, fmt.Sprintf("channel %s controls no session (add it to JETLOOP_SLACK_CHANNELS)", in.channel)), nil
+	}
+	source := "/chat/slack/" + url.PathEscape(in.team)
+	if prev, seen, err := r.seen.Seen(ctx, sourceEvent+"/"+in.team, in.id); err != nil {
+		return nil, err
+	} else if seen {
+		log.Info("slack retry of a handled command", "verb", m.Verb)
+		var out map[string]any
+		_ = json.Unmarshal(prev.Outcome, &out)
+		if out == nil {
+			out = map[string]any{"ok": true, "duplicate": true}
+		}
+		return out, nil
+	}
+	m.ID, m.Source, m.Time = in.id, source, r.cfg.Now()
+	seq, err := control.Publish(ctx, r.js, r.names, ref, m)
+	if errors.Is(err, control.ErrInvalid) {
+		return r.answer(in, false, err.Error()), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.Info("slack command published", "agent", ref.Agent, "session", ref.Session, "verb", m.Verb, "seq", seq)
+	out := r.answer(in, true, fmt.Sprintf("%s sent to %s (seq %d)", m.Verb, ref, seq))
+	if a, ok := out.(map[string]any); ok {
+		a["verb"], a["seq"], a["agent"], a["session"] = m.Verb, seq, ref.Agent, ref.Session
+	}
+	b, _ := json.Marshal(out)
+	if err := r.seen.Record(ctx, sourceEvent+"/"+in.team, in.id, b); err != nil {
+		// Published already: a retry inside JL_CTL's window is still
+		// dropped by its message id.
+		log.Warn("slack: remember handled command", "err", err)
+	}
+	return out, nil
+}
+
+// answer is the response body: for a slash command, a message only its
+// sender sees; for an event, a record Slack ignores.
+func (r *Receiver) answer(in request, ok bool, text string) any {
+	if in.slash {
+		return map[string]any{"response_type": "ephemeral", "text": text}
+	}
+	return map[string]any{"ok": ok, "text": text}
+}
+
+// envelope is the part of an Events API body the receiver reads.
+type envelope struct {
+	Type      string `json:"type"`
+	Challenge string `json:"challenge"`
+	TeamID    string `json:"team_id"`
+	EventID   string `json:"event_id"`
+	Event     struct {
+		Type    string `json:"type"`
+		Subtype string `json:"subtype"`
+		User    string `json:"user"`
+		BotID   string `json:"bot_id"`
+		Text    string `json:"text"`
+		Channel string `json:"channel"`
+		TS      string `json:"ts"`
+	} `json:"event"`
+}
+
+func parseRequest(contentType string, body []byte) (request, error) {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch mt {
+	case "application/x-www-form-urlencoded":
+		q, err := url.ParseQuery(string(body))
+		if err != nil {
+			return request{}, refuse(http.StatusBadRequest, "slash command: %v", err)
+		}
+		in := request{slash: true, team: q.Get("team_id"), channel: q.Get("channel_id"), user: q.Get("user_id"), text: q.Get("text"), id: q.Get("trigger_id")}
+		if in.channel == "" || in.id == "" {
+			return request{}, refuse(http.StatusBadRequest, "slash command without channel_id or trigger_id")
+		}
+		return in, nil
+	case "application/json", "":
+		var e envelope
+		if err := json.Unmarshal(body, &e); err != nil {
+			return request{}, refuse(http.StatusBadRequest, "events API body: %v", err)
+		}
+		switch e.Type {
+		case "url_verification":
+			if e.Challenge == "" {
+				return request{}, refuse(http.StatusBadRequest, "url_verification without a challenge")
+			}
+			return request{challenge: e.Challenge}, nil
+		case "event_callback":
+		default:
+			return request{ignore: fmt.Sprintf("request type %q", e.Type)}, nil
+		}
+		in := request{team: e.TeamID, channel: e.Event.Channel, user: e.Event.User, text: e.Event.Text, id: e.EventID}
+		switch {
+		case e.EventID == "":
+			return request{}, refuse(http.StatusBadRequest, "event_callback without event_id")
+		case e.Event.Type != "app_mention" && e.Event.Type != "message":
+			in.ignore = fmt.Sprintf("event type %q", e.Event.Type)
+		case e.Event.BotID != "" || e.Event.Subtype != "":
+			// Bots (this one included) and edits, joins and the like.
+			in.ignore = "bot message or message subtype " + strconv.Quote(e.Event.Subtype)
+		}
+		return in, nil
+	}
+	return request{}, refuse(http.StatusUnsupportedMediaType, "content type %q: want application/json (Events API) or a form (slash command)", contentType)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
