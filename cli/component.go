@@ -89,8 +89,15 @@ func runComponentCmd(ctx context.Context, env *Env, name string, args []string, 
 		}})
 		log.Info("http listening", "addr", l.Addr().String())
 	}
-	rt.Health.SetReady(true)
-	log.Info("running", "server", cfg.server)
+	parts = append(parts, Component{Name: "ready", Run: func(ctx context.Context) error {
+		if err := awaitHealthy(ctx, rt.Health, readyTimeout); err != nil {
+			return err
+		}
+		rt.Health.SetReady(true)
+		log.Info("running", "server", cfg.server)
+		<-ctx.Done()
+		return nil
+	}})
 	err = runComponents(ctx, log, parts)
 	rt.Health.SetReady(false)
 	if derr := drain(rt.NC, shutdownGrace); derr != nil {

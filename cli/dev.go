@@ -126,9 +126,18 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 		return serveHTTP(ctx, l, rt.Mux, log)
 	}})
 
-	checks.SetReady(true)
-	fmt.Fprintf(env.Stdout, "jetloop ready nats=%s http=%s data=%s workers=%d\n", srv.ClientURL(), httpURL, data, cfg.workers)
-	log.Info("jetloop dev running", "nats", srv.ClientURL(), "http", httpURL, "data", data, "pid", os.Getpid())
+	parts = append(parts, Component{Name: "ready", Run: func(ctx context.Context) error {
+		// The ready line is a promise: print it once every check passes
+		// (definitions loaded, say), not merely once the parts started.
+		if err := awaitHealthy(ctx, checks, readyTimeout); err != nil {
+			return err
+		}
+		checks.SetReady(true)
+		fmt.Fprintf(env.Stdout, "jetloop ready nats=%s http=%s data=%s workers=%d\n", srv.ClientURL(), httpURL, data, cfg.workers)
+		log.Info("jetloop dev running", "nats", srv.ClientURL(), "http", httpURL, "data", data, "pid", os.Getpid())
+		<-ctx.Done()
+		return nil
+	}})
 
 	err = runComponents(ctx, log, parts)
 	checks.SetReady(false)

@@ -173,6 +173,30 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, log *slog.Lo
 	return nil
 }
 
+// readyTimeout bounds how long a starting process waits for its health
+// checks to pass before it gives up.
+const readyTimeout = time.Minute
+
+// awaitHealthy waits until every check of h passes, and fails naming the
+// failing checks when timeout passes first.
+func awaitHealthy(ctx context.Context, h *health.Checker, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		failed := h.Status()
+		if len(failed) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline.C:
+			return fmt.Errorf("not healthy %s after start: %v", timeout, failed)
+		case <-time.After(pause):
+		}
+	}
+}
+
 // baseMux returns a mux with the process endpoints every process serves.
 func baseMux(h *health.Checker) *http.ServeMux {
 	mux := http.NewServeMux()
