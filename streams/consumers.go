@@ -66,3 +66,41 @@ func InConsumer(n Names, agent string) (jetstream.ConsumerConfig, error) {
 		MaxAckPending: DefaultInMaxAckPending,
 	}, nil
 }
+
+// DefaultCtlMaxAckPending bounds the unacknowledged control messages of
+// one agent across every worker.
+const DefaultCtlMaxAckPending = 1000
+
+// CtlConsumerName is the durable name of the pull consumer through which
+// every worker reads one agent's control messages: worker_<agent>, the
+// same name as the agent's consumer on JL_IN (names are per stream).
+func (n Names) CtlConsumerName(agent string) (string, error) {
+	return n.InConsumerName(agent)
+}
+
+// CtlConsumer declares the durable pull consumer on JL_CTL that every
+// worker shares for one agent: filter jl.ctl.<agent>.>, explicit acks,
+// unlimited redeliveries. A worker acknowledges a control message once the
+// session's state records it applied (its sequence at or below the state's
+// control sequence), so a message published while no worker runs, or
+// while the session's owner crashes, is applied when a worker gets to it.
+func CtlConsumer(n Names, agent string) (jetstream.ConsumerConfig, error) {
+	name, err := n.CtlConsumerName(agent)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	filter, err := n.CtlAgent(agent)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "jetloop: control messages of agent " + agent + " for the workers",
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       DefaultInAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: DefaultCtlMaxAckPending,
+	}, nil
+}

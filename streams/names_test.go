@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -84,6 +86,21 @@ func TestInConsumer(t *testing.T) {
 		t.Fatalf("consumer config = %+v", cfg)
 	}
 	if _, err := streams.InConsumer(n, ""); err == nil {
+		t.Fatal("empty agent: no error")
+	}
+}
+
+func TestCtlConsumer(t *testing.T) {
+	n := streams.Default()
+	cfg, err := streams.CtlConsumer(n, "pr-reviewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Durable != "worker_pr-reviewer" || cfg.FilterSubject != "jl.ctl.pr-reviewer.>" || cfg.MaxDeliver != -1 ||
+		cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		t.Fatalf("consumer config = %+v", cfg)
+	}
+	if _, err := streams.CtlConsumer(n, ""); err == nil {
 		t.Fatal("empty agent: no error")
 	}
 }
