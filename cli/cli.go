@@ -42,6 +42,7 @@ func commands() []command {
 	}
 	cs = append(cs, ingestCommands()...)
 	cs = append(cs, workerCommands()...)
+	cs = append(cs, controlCommands()...)
 	return append(cs, cronCommands()...)
 }
 

@@ -130,7 +130,12 @@ func dial(ctx context.Context, f serverFlags, names streams.Names, connName stri
 func runIngest(ctx context.Context, env *Env, args []string) error {
 	return runComponentCmd(ctx, env, "ingest", args, "127.0.0.1:8080",
 		func(ctx context.Context, rt *Runtime, _ componentConfig) ([]Component, error) {
-			return ingestComponents(ctx, rt)
+			parts, err := ingestComponents(ctx, rt)
+			if err != nil {
+				return nil, err
+			}
+			a, err := apiComponents(ctx, rt)
+			return append(parts, a...), err
 		})
 }
 

@@ -26,6 +26,7 @@ type devConfig struct {
 	workers  int
 	sync     string
 	prefix   string
+	auth     string
 }
 
 func runDev(ctx context.Context, env *Env, args []string) error {
@@ -37,6 +38,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	fs.IntVar(&cfg.workers, "workers", 1, "workers to run in this process (0: none; run them apart with 'jetloop worker')")
 	fs.StringVar(&cfg.sync, "sync", natsd.SyncAlways, "JetStream sync_interval: always (fsync every write) or a duration such as 2m")
 	fs.StringVar(&cfg.prefix, "prefix", streams.DefaultPrefix, "subject prefix of this deployment")
+	fs.StringVar(&cfg.auth, "auth", "", "NATS users and their subject permissions: a nats-server authorization block (see examples/auth.conf); default: no authentication")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -60,7 +62,18 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	if err != nil {
 		return fmt.Errorf("--data %s: %w", cfg.data, err)
 	}
+	var auth *natsd.Auth
+	var login []nats.Option
+	if cfg.auth != "" {
+		a, opt, err := devAuth(cfg.auth)
+		if err != nil {
+			return err
+		}
+		auth, login = a, append(login, opt)
+		log.Info("NATS authentication on", "file", cfg.auth, "users", len(a.Users)+len(a.Nkeys)-1)
+	}
 	srv, err := natsd.Start(natsd.Config{
+		Auth: auth,
 		Dir:  data,
 		Name: "jetloop-dev",
 		Port: cfg.natsPort,
@@ -93,7 +106,7 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	}
 	defer l.Close()
 
-	nc, err := connect(srv.ClientURL(), "jetloop dev", log)
+	nc, err := connect(srv.ClientURL(), "jetloop dev", log, login...)
 	if err != nil {
 		return err
 	}
@@ -169,7 +182,11 @@ func devComponents(ctx context.Context, rt *Runtime, cfg devConfig) ([]Component
 	if err != nil {
 		return nil, err
 	}
-	return append(parts, c), nil
+	a, err := apiComponents(ctx, rt)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(parts, c), a...), nil
 }
 
 // drain drains nc, waiting at most timeout for it to close.
