@@ -194,3 +194,21 @@ func TestDevAuth(t *testing.T) {
 		t.Errorf("chatbot's interrupt: %v", err)
 	}
 }
+
+// TestAgentsAndEventsThroughTheAPI runs the verbs that are clients of the
+// API against `jetloop dev`, and against a server with no API.
+func TestAgentsAndEventsThroughTheAPI(t *testing.T) {
+	natsURL, _, _ := runDev(t, nil)
+	code, out, errs := run(t, nil, "agents", "--json", "--server", natsURL)
+	if code != 0 || !strings.Contains(out, `"name": "demo"`) || !strings.Contains(out, `"source": "examples/demo.yaml"`) {
+		t.Errorf("agents: exit %d, %s %s", code, out, errs)
+	}
+	code, out, errs = run(t, nil, "events", "--json", "--server", natsURL)
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "[") {
+		t.Errorf("events: exit %d, %s %s", code, out, errs)
+	}
+	s := natstest.RunServer(t)
+	if code, _, errs := run(t, nil, "agents", "--server", s.ClientURL()); code != 1 || !strings.Contains(errs, "no jetloop API answers") {
+		t.Errorf("agents without an API: exit %d, %s", code, errs)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/examples"
 	"github.com/jetloop/jetloop/ingest"
@@ -254,14 +255,11 @@ func runAgents(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stderr, "jetloop agents: unexpected argument %q\n", rest[0])
 		return errUsage
 	}
-	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
+	resp, err := api.NewClient(rt.NC, rt.Names).Agents(ctx)
 	if err != nil {
 		return err
 	}
-	recs, err := store.Records(ctx)
-	if err != nil {
-		return err
-	}
+	recs := resp.Agents
 	if cf.json {
 		type row struct {
 			Name      string    `json:"name"`
@@ -343,14 +341,15 @@ func runEvents(ctx context.Context, env *Env, args []string) error {
 	if n < 1 || n > 10000 {
 		return fmt.Errorf("-n %d: want 1 to 10000", n)
 	}
-	recs, err := admission.Recent(ctx, rt.JS, rt.Names, agent, time.Now().Add(-since), n)
+	resp, err := api.NewClient(rt.NC, rt.Names).Events(ctx, api.EventsRequest{Agent: agent, Since: time.Now().Add(-since), Limit: n})
 	if err != nil {
 		return err
 	}
+	recs := resp.Records
+	if resp.Truncated {
+		fmt.Fprintf(env.Stderr, "jetloop events: only the newest %d decisions fit one answer\n", len(recs))
+	}
 	if cf.json {
-		if recs == nil {
-			recs = []admission.Record{}
-		}
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(recs)
