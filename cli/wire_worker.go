@@ -313,6 +313,9 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	if tr.WaitingFor != "" {
 		fmt.Fprintf(w, "waiting for: %s\n", tr.WaitingFor)
 	}
+	if tr.Parent != "" {
+		fmt.Fprintf(w, "forked from %s/%s at turn %d\n", tr.Agent, tr.Parent, tr.ForkTurn)
+	}
 	u, l := tr.Budget.Usage, tr.Budget.Limits
 	fmt.Fprintf(w, "definition v%d  turns %d%s  tokens %d%s  cost $%.4f%s\n", tr.DefinitionVersion,
 		u.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), u.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),

@@ -16,6 +16,10 @@ type Metrics struct {
 	budgetStops *prometheus.CounterVec
 	statuses    *prometheus.CounterVec
 	active      prometheus.Gauge
+
+	controls       *prometheus.CounterVec
+	controlSeconds *prometheus.HistogramVec
+	approvals      prometheus.Counter
 }
 
 // NewMetrics returns unregistered collectors; Register adds them to a
@@ -51,13 +55,26 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "sessions_running",
 			Help: "Sessions this process runs now (idle sessions are not held).",
 		}),
+		controls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "controls_total",
+			Help: "Control messages applied, by verb and outcome (applied, ignored, refused, invalid).",
+		}, []string{"verb", "outcome"}),
+		controlSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "control_apply_seconds",
+			Help:    "Time from a control message's arrival in JL_CTL to its application, by verb.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"verb"}),
+		approvals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "approvals_requested_total",
+			Help: "Tool calls an approval gate stopped before they ran.",
+		}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active} {
+	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -34,6 +34,8 @@ type Summary struct {
 	DefinitionVersion uint64    `json:"definition_version"`
 	Updated           time.Time `json:"updated"`
 	Owner             string    `json:"owner,omitempty"`
+	// Parent is the session this one was forked from.
+	Parent string `json:"parent,omitempty"`
 }
 
 func summarise(st State) Summary {
@@ -41,7 +43,7 @@ func summarise(st State) Summary {
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
 		WaitingFor: st.WaitingFor, Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
-		Updated: st.Updated, Owner: st.Owner,
+		Updated: st.Updated, Owner: st.Owner, Parent: st.Parent,
 	}
 }
 
@@ -115,7 +117,13 @@ type Transcript struct {
 	Reason            string    `json:"reason,omitempty"`
 	WaitingFor        string    `json:"waiting_for,omitempty"`
 	DefinitionVersion uint64    `json:"definition_version"`
-	Budget            Budget    `json:"budget"`
+	// Parent is the session this one was forked from (same agent), and
+	// ForkTurn the last turn copied from it.
+	Parent   string `json:"parent,omitempty"`
+	ForkTurn int    `json:"fork_turn,omitempty"`
+	// Steers are texts queued for the next model call.
+	Steers []Steer `json:"steers,omitempty"`
+	Budget Budget  `json:"budget"`
 	// Pending is the step in flight (or interrupted), if any.
 	Pending    *Intent `json:"pending,omitempty"`
 	Transcript []Entry `json:"transcript"`
@@ -142,6 +150,7 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	return Transcript{
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Reason: st.Reason, WaitingFor: st.WaitingFor, DefinitionVersion: st.DefinitionVersion,
+		Parent: st.Parent, ForkTurn: st.ForkTurn, Steers: st.Steers,
 		Budget: Budget{Limits: st.Limits, Usage: Usage{
 			Turns: st.Turns, InputTokens: st.Usage.InputTokens, OutputTokens: st.Usage.OutputTokens,
 			Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD, UnknownUsageCalls: st.UnknownUsage,

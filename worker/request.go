@@ -16,7 +16,8 @@ const maxEventText = 64 << 10
 
 // buildRequest renders the transcript as the model's conversation: inputs
 // and steers as user messages, each answer with its tool calls, and the
-// calls' results. System entries are the runtime's notes, not context.
+// calls' results. System entries are the runtime's notes, not context;
+// of the control entries only steer and resume texts are.
 func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Request {
 	req := model.Request{
 		Model:       def.Model.Name,
@@ -40,6 +41,11 @@ func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Req
 	for _, e := range entries {
 		switch e.Kind {
 		case KindEvent, KindUser, KindControl:
+			if e.Kind == KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == KindControl && e.Text == "" {
+				// interrupt, cancel, approve and deny are the runtime's
+				// business; the model sees their effects.
+				continue
+			}
 			text := e.Text
 			if e.Kind == KindControl {
 				text = "[" + e.Name + "] " + text

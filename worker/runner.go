@@ -3,21 +3,25 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/streams"
 )
 
-// delivery is one message of the agent's consumer held for a session.
+// delivery is one message of the agent's consumers held for a session.
 type delivery struct {
 	msg jetstream.Msg
-	seq uint64 // in JL_IN
+	seq uint64 // in JL_IN, or in JL_CTL when ctl
+	ctl bool
 }
 
 // input is one event for a session, read from the stream or delivered.
@@ -39,32 +43,79 @@ type runner struct {
 
 	mu   sync.Mutex
 	held []delivery
+
+	// ctlHint tells the loop to read JL_CTL at its next step boundary.
+	ctlHint atomic.Bool
+	// applied is the state's CtlSeq, for the control subscription.
+	applied atomic.Uint64
+
+	ctlMu sync.Mutex
+	// abort stops the effect in flight, nil between effects.
+	abort context.CancelCauseFunc
+	// cancelSeq is a cancel confirmed in JL_CTL; it aborts every effect
+	// until the state's CtlSeq reaches it.
+	cancelSeq uint64
+	// superseded: a newer tick ends the current cancel_previous tick run.
+	superseded bool
+	// runTick is the schedule of the working cancel_previous tick run, and
+	// runInSeq the input it started from.
+	runTick  string
+	runInSeq uint64
 }
 
-// add holds a delivery; a redelivery replaces the earlier one.
+// add holds a delivery; a redelivery replaces the earlier one. A control
+// message makes the loop read JL_CTL at its next boundary (a cancel aborts
+// the step in flight); a newer tick of the running cancel_previous
+// schedule ends the run.
 func (r *runner) add(d delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if d.ctl {
+		r.ctlHint.Store(true)
+		if d.seq > r.applied.Load() {
+			if m, err := control.ParseJS(d.msg); err == nil && m.Verb == control.Cancel {
+				r.requestCancel(d.seq)
+			}
+		}
+	} else {
+		r.checkSupersede(d)
+	}
 	for i := range r.held {
-		if r.held[i].seq == d.seq {
+		if r.held[i].seq == d.seq && r.held[i].ctl == d.ctl {
 			r.held[i] = d
 			return
 		}
 	}
 	r.held = append(r.held, d)
-	slices.SortFunc(r.held, func(a, b delivery) int { return cmpU64(a.seq, b.seq) })
+	slices.SortFunc(r.held, func(a, b delivery) int {
+		if a.ctl != b.ctl {
+			if a.ctl {
+				return 1
+			}
+			return -1
+		}
+		return cmpU64(a.seq, b.seq)
+	})
 }
 
-// ack acknowledges the held deliveries that st records as consumed: every
-// input before the last recorded one, and that one too once the run it
-// started rests.
+// consumedBy reports whether st records d as consumed: an input before
+// the last recorded one, or that one once the run it started rests; a
+// control message at or below the last applied one.
+func consumedBy(d delivery, st State) bool {
+	if d.ctl {
+		return d.seq <= st.CtlSeq
+	}
+	return d.seq < st.InSeq || (d.seq == st.InSeq && st.Status.Resting() && st.Pending == nil)
+}
+
+// ack acknowledges the held deliveries that st records as consumed.
 func (r *runner) ack(st State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held = slices.DeleteFunc(r.held, func(d delivery) bool {
-		if d.seq < st.InSeq || (d.seq == st.InSeq && st.Status.Resting() && st.Pending == nil) {
+		if consumedBy(d, st) {
 			if err := d.msg.Ack(); err != nil {
-				r.log.Warn("ack", "seq", d.seq, "err", err)
+				r.log.Warn("ack", "seq", d.seq, "control", d.ctl, "err", err)
 			}
 			return true
 		}
@@ -72,25 +123,26 @@ func (r *runner) ack(st State) {
 	})
 }
 
-// pendingAfter returns the held delivery with the lowest sequence above
-// seq, if any.
-func (r *runner) pendingAfter(seq uint64) (delivery, bool) {
+// heldAfter returns the held delivery of the kind with the lowest
+// sequence above seq, if any.
+func (r *runner) heldAfter(seq uint64, ctl bool) (delivery, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range r.held {
-		if d.seq > seq {
+		if d.ctl == ctl && d.seq > seq {
 			return d, true
 		}
 	}
 	return delivery{}, false
 }
 
-// allAtOrBelow reports whether every held delivery is at or below seq.
-func (r *runner) allAtOrBelow(seq uint64) bool {
+// allConsumed reports whether st records every held delivery consumed,
+// the last input included.
+func (r *runner) allConsumed(st State) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range r.held {
-		if d.seq > seq {
+		if d.ctl && d.seq > st.CtlSeq || !d.ctl && d.seq > st.InSeq {
 			return false
 		}
 	}
@@ -164,7 +216,7 @@ func (r *runner) run(ctx context.Context) {
 func (r *runner) session(ctx context.Context) error {
 	w := r.w
 	// A redelivery of inputs already consumed needs no lease.
-	if st, _, err := w.store.load(ctx, r.ref); err == nil && st.Status.Resting() && st.Pending == nil && r.allAtOrBelow(st.InSeq) &&
+	if st, _, err := w.store.load(ctx, r.ref); err == nil && st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
 		(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
 		r.ack(st)
 		return nil
@@ -193,6 +245,15 @@ func (r *runner) session(ctx context.Context) error {
 			r.log.Warn("release lease", "err", err)
 		}
 	}()
+	// The owner hears control messages at once; the loop reads them from
+	// JL_CTL (from the state's CtlSeq on, so none published before the
+	// subscription is missed).
+	sub, err := w.nc.Subscribe(w.names.Ctl(r.ref), func(m *nats.Msg) { r.onControl(sctx, m) })
+	if err != nil {
+		return fmt.Errorf("worker: subscribe to %s: %w", w.names.Ctl(r.ref), err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	r.ctlHint.Store(true)
 	s, err := r.claim(sctx)
 	if err != nil {
 		return err
@@ -224,6 +285,10 @@ func (r *runner) keep(ctx, sctx context.Context, cancel context.CancelCauseFunc,
 			return
 		case <-t.C:
 			r.progress()
+			// A safety net for control messages the subscription missed
+			// (a replica that lagged when the loop last read JL_CTL).
+			r.ctlHint.Store(true)
+			r.pollSupersede(sctx)
 			rctx, rcancel := context.WithTimeout(sctx, every)
 			err := w.leases.renew(rctx, ls)
 			rcancel()
@@ -254,7 +319,7 @@ func (r *runner) nextInput(ctx context.Context, seq uint64) (*input, error) {
 		return nil, err
 	}
 	// A replica may lag behind a delivery it has not seen yet.
-	if d, ok := r.pendingAfter(seq); ok && (in == nil || d.seq < in.seq) {
+	if d, ok := r.heldAfter(seq, false); ok && (in == nil || d.seq < in.seq) {
 		meta, _ := d.msg.Metadata()
 		var t time.Time
 		if meta != nil {

@@ -29,6 +29,8 @@ type session struct {
 	rev   uint64
 	log_  []Entry
 	calls map[string]bool // call ids used in the transcript
+	// ctlRead is the state revision at which JL_CTL was last read.
+	ctlRead uint64
 
 	def   *policies.Definition
 	model model.Model
@@ -61,6 +63,7 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 		s.st, s.rev = st, rev
+		r.observe(st)
 		break
 	}
 	entries, err := w.store.transcript(ctx, r.ref, s.st.NextEntry)
@@ -80,7 +83,9 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 
 // loop runs steps until the session rests with no input left. ctx is the
 // worker's (it ending stops the loop at the next step boundary); sctx is
-// the steps'.
+// the steps'. Control messages are applied before anything else at every
+// step boundary: JL_CTL is read after every state write (one direct get),
+// and whenever the control subscription or a delivery says a message came.
 func (s *session) loop(ctx, sctx context.Context) error {
 	for {
 		if err := context.Cause(sctx); err != nil {
@@ -91,6 +96,10 @@ func (s *session) loop(ctx, sctx context.Context) error {
 		}
 		var err error
 		switch {
+		case s.r.takeCtlHint(s.st.CtlSeq) || s.rev != s.ctlRead:
+			err = s.controls(sctx)
+		case s.supersededRun(sctx):
+			err = s.endSuperseded(sctx)
 		case s.st.Pending != nil:
 			err = s.recover(sctx)
 		case s.st.Status == StatusWorking:
@@ -105,11 +114,19 @@ func (s *session) loop(ctx, sctx context.Context) error {
 				return ierr
 			}
 			if in == nil {
+				if s.r.ctlHint.Load() || s.r.wantsCancel(s.st.CtlSeq) != 0 {
+					continue
+				}
 				return nil
 			}
 			err = s.input(sctx, in)
 		}
 		if err != nil {
+			if errors.Is(err, errAborted) {
+				// The control or tick that stopped the step settles it at
+				// the next boundary.
+				continue
+			}
 			if c := context.Cause(sctx); c != nil && errors.Is(err, context.Canceled) {
 				return c
 			}
@@ -132,6 +149,7 @@ func (s *session) commit(ctx context.Context, entries []Entry, next State) error
 	}
 	prev := s.st.Status
 	s.st, s.rev = next, rev
+	s.r.observe(next)
 	s.log_ = append(s.log_, entries...)
 	for _, e := range entries {
 		if e.CallID != "" {
@@ -360,8 +378,16 @@ func (s *session) closeCalls(next *State, text string) []Entry {
 	return out
 }
 
-// stepContext bounds a step by the run's deadline.
+// stepContext is the context of a step's effect: bounded by the run's
+// deadline, and aborted by a cancel or a newer tick (see aborted).
 func (s *session) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ectx, done := s.r.effectContext(ctx)
+	dctx, cancel := s.deadlineContext(ectx)
+	return dctx, func() { cancel(); done() }
+}
+
+// deadlineContext bounds ctx by the run's deadline and its tick's timeout.
+func (s *session) deadlineContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	var deadline time.Time
 	if d := s.st.Limits.Deadline.D(); d > 0 && !s.st.RunStarted.IsZero() {
 		deadline = s.st.RunStarted.Add(d)
@@ -383,6 +409,7 @@ func (s *session) writeIntent(ctx context.Context, next State) error {
 		return err
 	}
 	s.st, s.rev = next, rev
+	s.r.observe(next)
 	return nil
 }
 
@@ -428,11 +455,16 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	req := buildRequest(s.def, s.w.cfg.Tools, s.log_)
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(mctx, req)
-	deadline := mctx.Err() != nil && ctx.Err() == nil
+	abort := aborted(mctx)
+	deadline := mctx.Err() != nil && ctx.Err() == nil && abort == nil
 	cancel()
 	if ctx.Err() != nil {
 		// Lease lost or shutting down: the intent stays for recovery.
 		return context.Cause(ctx)
+	}
+	if abort != nil {
+		log.Info("model call aborted", "why", abort)
+		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: StepModel, Step: in.Step, Recovery: rec != nil})
 	s.w.m.stepSeconds.WithLabelValues(string(StepModel)).Observe(time.Since(in.Started).Seconds())
@@ -550,6 +582,9 @@ func (s *session) toolStep(ctx context.Context, call CallRef, rec *Intent) error
 		if !found {
 			return s.settleResult(ctx, call, s.st.Steps+1, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.Tools, ", ")), true, "")
 		}
+		if gate, need, note := s.gate(ctx, call, spec.ReplaySafe); need {
+			return s.blockForApproval(ctx, call, gate, note)
+		}
 	}
 	var in Intent
 	if rec == nil {
@@ -557,6 +592,8 @@ func (s *session) toolStep(ctx context.Context, call CallRef, rec *Intent) error
 		in = Intent{Kind: StepTool, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry,
 			CallID: call.ID, Tool: call.Name, Args: s.args(call), ReplaySafe: spec.ReplaySafe, Owner: s.w.cfg.ID, Started: now}
 		next.Pending = &in
+		// An approval lets one run through, this one.
+		next.Approved = ""
 		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
 		if err := s.writeIntent(ctx, next); err != nil {
 			return err
@@ -604,12 +641,17 @@ func (s *session) toolStep(ctx context.Context, call CallRef, rec *Intent) error
 	} else {
 		res = runTool(tctx, tool, call, in.Args, s.r.ref.Agent, s.r.ref.Session, dir)
 	}
-	deadline := sctx.Err() != nil && ctx.Err() == nil
+	abort := aborted(sctx)
+	deadline := sctx.Err() != nil && ctx.Err() == nil && abort == nil
 	timedOut := tctx.Err() != nil && sctx.Err() == nil
 	tcancel()
 	cancel()
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
+	}
+	if abort != nil {
+		s.log.Info("tool call aborted", "tool", call.Name, "call", call.ID, "step", in.Step, "why", abort)
+		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
 	s.w.m.stepSeconds.WithLabelValues(string(StepTool)).Observe(time.Since(in.Started).Seconds())

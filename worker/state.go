@@ -188,6 +188,17 @@ type State struct {
 	WaitingFor string `json:"waiting_for,omitempty"`
 	// BlockedCall is the call a blocked session waits on.
 	BlockedCall string `json:"blocked_call,omitempty"`
+	// Approval is the approval gate a blocked session waits on (empty when
+	// it waits for an answer to ask_human).
+	Approval string `json:"approval,omitempty"`
+	// Approved is the call an approve let through: its next step runs it
+	// without asking the gates again.
+	Approved string `json:"approved,omitempty"`
+	// Parent is the session this one was forked from (same agent), with
+	// the last turn copied and the JL_CTL sequence of the fork message.
+	Parent   string `json:"parent,omitempty"`
+	ForkTurn int    `json:"fork_turn,omitempty"`
+	ForkSeq  uint64 `json:"fork_seq,omitempty"`
 	// DefinitionVersion is the agent definition version the session runs.
 	DefinitionVersion uint64 `json:"definition_version"`
 	// Limits are the budget of that definition.
@@ -252,7 +263,7 @@ func (s *State) setStatus(st Status, reason string, now time.Time) {
 	s.Status = st
 	s.Reason = reason
 	if st != StatusBlocked {
-		s.WaitingFor, s.BlockedCall = "", ""
+		s.WaitingFor, s.BlockedCall, s.Approval = "", "", ""
 	}
 }
 

@@ -166,6 +166,32 @@ func (s *store) settle(ctx context.Context, ref streams.SessionRef, entries []En
 	return 0, fmt.Errorf("worker: settle %s: %w", ref, lastErr)
 }
 
+// writeEntries writes transcript entries without a state, in atomic
+// batches of at most MaxBatch: they are part of no transcript until a
+// state whose NextEntry covers them is written (a fork's new session).
+func (s *store) writeEntries(ctx context.Context, ref streams.SessionRef, entries []Entry) error {
+	maxPayload := int(s.nc.MaxPayload())
+	for len(entries) > 0 {
+		chunk := entries[:min(len(entries), MaxBatch)]
+		entries = entries[len(chunk):]
+		msgs := make([]*nats.Msg, 0, len(chunk))
+		for _, e := range chunk {
+			b, err := marshal(e)
+			if err != nil {
+				return fmt.Errorf("worker: encode entry %d of %s: %w", e.ID, ref, err)
+			}
+			if len(b) > maxPayload-1024 {
+				return fmt.Errorf("worker: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
+			}
+			msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
+		}
+		if _, err := s.publishBatch(ctx, msgs); err != nil {
+			return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+		}
+	}
+	return nil
+}
+
 // batchAck is the server's answer to the commit of an atomic batch.
 type batchAck struct {
 	Error *jetstream.APIError `json:"error,omitempty"`

@@ -29,6 +29,10 @@ type TickRun struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 	// Result is what was recorded in jl_schedules; empty until then.
 	Result string `json:"result,omitempty"`
+	// Overlap is the schedule's overlap policy when the tick fired.
+	Overlap string `json:"overlap,omitempty"`
+	// Superseded marks a run a newer tick cancelled (cancel_previous).
+	Superseded bool `json:"superseded,omitempty"`
 }
 
 // tickTimeoutText is the reason a run ended by its tick's timeout.
@@ -73,7 +77,7 @@ func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev eve
 		s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultSkipped, errors.New(why))
 		return ev, true, nil
 	}
-	run := &TickRun{ID: t.ID, Schedule: t.Spec.Schedule, Slot: t.Slot}
+	run := &TickRun{ID: t.ID, Schedule: t.Spec.Schedule, Slot: t.Slot, Overlap: t.Spec.Overlap}
 	if d := t.Spec.Timeout.D(); d > 0 {
 		run.Deadline = time.Now().UTC().Add(d)
 	}
@@ -85,7 +89,8 @@ func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev eve
 // run, and says why it is skipped. A session runs one input at a time, so
 // a tick that fired while the previous run went on is read only after it:
 // skip drops such a tick; queue_one keeps only the latest of the ticks
-// that queued up; cancel_previous lets the latest run.
+// that queued up; cancel_previous lets the latest run (and the newer tick
+// has already ended the previous run: see supersededRun).
 func (s *session) overlap(ctx context.Context, in *input, t schedule.Tick) (bool, string) {
 	firedDuringRun := !s.st.RunStarted.IsZero() && in.time.After(s.st.RunStarted) &&
 		(s.st.RunEnded.Before(s.st.RunStarted) || in.time.Before(s.st.RunEnded))
@@ -108,9 +113,15 @@ func (s *session) overlap(ctx context.Context, in *input, t schedule.Tick) (bool
 // laterTick finds a tick of the same schedule queued after seq for this
 // session.
 func (s *session) laterTick(ctx context.Context, seq uint64, sched string) (uint64, bool) {
-	subject := s.w.names.In(s.r.ref)
+	return s.r.laterTick(ctx, seq, sched)
+}
+
+// laterTick finds a tick of schedule sched in JL_IN after seq for the
+// runner's session.
+func (r *runner) laterTick(ctx context.Context, seq uint64, sched string) (uint64, bool) {
+	subject := r.w.names.In(r.ref)
 	for n := 0; n < 1000; n++ {
-		m, err := s.w.in.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := r.w.in.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
 		if err != nil {
 			return 0, false
 		}
@@ -122,6 +133,69 @@ func (s *session) laterTick(ctx context.Context, seq uint64, sched string) (uint
 		seq = m.Sequence
 	}
 	return 0, false
+}
+
+// checkSupersede ends the working cancel_previous tick run when d is a
+// newer tick of its schedule. It is called with r.mu held.
+func (r *runner) checkSupersede(d delivery) {
+	r.ctlMu.Lock()
+	sched, from := r.runTick, r.runInSeq
+	r.ctlMu.Unlock()
+	if sched == "" || d.seq <= from || !schedule.IsTick(&nats.Msg{Header: d.msg.Headers()}) {
+		return
+	}
+	t, err := schedule.ParseTick(&nats.Msg{Subject: d.msg.Subject(), Header: d.msg.Headers(), Data: d.msg.Data()})
+	if err != nil || t.Spec.Schedule != sched {
+		return
+	}
+	r.supersede()
+}
+
+// pollSupersede looks in JL_IN for a newer tick of the working
+// cancel_previous tick run, for when the tick was delivered to another
+// worker.
+func (r *runner) pollSupersede(ctx context.Context) {
+	r.ctlMu.Lock()
+	sched, from, done := r.runTick, r.runInSeq, r.superseded
+	r.ctlMu.Unlock()
+	if sched == "" || done {
+		return
+	}
+	if _, ok := r.laterTick(ctx, from, sched); ok {
+		r.supersede()
+	}
+}
+
+// supersededRun reports whether the session's working run was started by
+// a tick of a cancel_previous schedule that a newer tick of the same
+// schedule now replaces.
+func (s *session) supersededRun(ctx context.Context) bool {
+	t := s.st.Tick
+	if s.st.Status != StatusWorking || t == nil || t.Overlap != schedule.OverlapCancelPrevious || t.Superseded || t.Result != "" {
+		return false
+	}
+	s.r.ctlMu.Lock()
+	flagged := s.r.superseded
+	s.r.ctlMu.Unlock()
+	if flagged {
+		return true
+	}
+	_, ok := s.laterTick(ctx, s.st.InSeq, t.Schedule)
+	return ok
+}
+
+// endSuperseded ends a run a newer tick replaces as failed, settling the
+// step it aborted and the calls left open. The session is not final: the
+// newer tick starts the next run.
+func (s *session) endSuperseded(ctx context.Context) error {
+	next := s.st.clone()
+	e := s.entry(&next, KindSystem)
+	e.Text = fmt.Sprintf("%s: tick %s of schedule %s replaced this run", supersededText, next.Tick.ID, next.Tick.Schedule)
+	entries := append([]Entry{e}, s.settleOpen(&next, supersededText)...)
+	next.Tick.Superseded = true
+	next.setStatus(StatusFailed, supersededText, time.Now().UTC())
+	s.log.Info("run cancelled by a newer tick", "schedule", next.Tick.Schedule, "tick", next.Tick.ID)
+	return s.commit(ctx, entries, next)
 }
 
 // forwardTick publishes an ephemeral tick to its own session, once per

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -30,6 +31,7 @@ type Worker struct {
 	store  *store
 	leases *leases
 	in     jetstream.Stream
+	ctl    jetstream.Stream
 	// schedules records tick results and holds the breakers.
 	schedules *schedule.HealthStore
 
@@ -38,7 +40,8 @@ type Worker struct {
 	wg      sync.WaitGroup     // runners
 
 	modelsMu sync.Mutex
-	models   map[string]model.Model // by agent@version
+	models   map[string]model.Model        // by agent@version
+	rules    map[string]*policies.Compiled // by agent@version
 }
 
 // New checks cfg and opens the buckets and streams the worker uses; they
@@ -54,6 +57,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		m:       cfg.Metrics,
 		runners: make(map[string]*runner),
 		models:  make(map[string]model.Model),
+		rules:   make(map[string]*policies.Compiled),
 	}
 	var err error
 	if w.store, err = newStore(ctx, js, cfg.Names); err != nil {
@@ -66,6 +70,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	w.leases = &leases{js: js, kv: lkv, names: cfg.Names, bucket: cfg.Names.BucketLeases(), ttl: cfg.LeaseTTL, owner: cfg.ID}
 	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
+	}
+	if w.ctl, err = js.Stream(ctx, cfg.Names.StreamCtl()); err != nil {
+		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamCtl(), err)
 	}
 	if w.schedules, err = schedule.NewHealthStore(ctx, js, cfg.Names); err != nil {
 		return nil, err
@@ -175,20 +182,39 @@ func (w *Worker) serveDiscovered(ctx context.Context) error {
 	}
 }
 
-// consume creates (or updates) the agent's durable consumer and starts
-// delivering its messages to dispatch; the returned func stops it.
+// consume creates (or updates) the agent's durable consumers on JL_IN and
+// JL_CTL and starts delivering their messages to dispatch; the returned
+// func stops both.
 func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
-	cc, err := streams.InConsumer(w.names, agent)
+	in, err := streams.InConsumer(w.names, agent)
 	if err != nil {
 		return nil, err
 	}
-	cc.AckWait = w.cfg.AckWait
-	c, err := w.js.CreateOrUpdateConsumer(ctx, w.names.StreamIn(), cc)
+	ctl, err := streams.CtlConsumer(w.names, agent)
 	if err != nil {
-		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, w.names.StreamIn(), err)
+		return nil, err
 	}
-	log := w.log.With("agent", agent)
-	cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m) },
+	stopIn, err := w.consumeStream(ctx, agent, w.names.StreamIn(), in, false)
+	if err != nil {
+		return nil, err
+	}
+	stopCtl, err := w.consumeStream(ctx, agent, w.names.StreamCtl(), ctl, true)
+	if err != nil {
+		stopIn()
+		return nil, err
+	}
+	return func() { stopIn(); stopCtl() }, nil
+}
+
+// consumeStream creates one durable consumer and consumes it.
+func (w *Worker) consumeStream(ctx context.Context, agent, stream string, cc jetstream.ConsumerConfig, ctl bool) (func(), error) {
+	cc.AckWait = w.cfg.AckWait
+	c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, stream, err)
+	}
+	log := w.log.With("agent", agent, "stream", stream)
+	cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m, ctl) },
 		jetstream.PullMaxMessages(64),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) || ctx.Err() == nil {
@@ -196,15 +222,15 @@ func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
 			}
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("worker: consume %s: %w", cc.Durable, err)
+		return nil, fmt.Errorf("worker: consume %s on %s: %w", cc.Durable, stream, err)
 	}
-	log.Info("consuming events", "consumer", cc.Durable)
+	log.Info("consuming", "consumer", cc.Durable)
 	return cctx.Stop, nil
 }
 
 // dispatch hands one delivery to the session's runner, starting one if
 // the session has none in this worker.
-func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg) {
+func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 	meta, err := m.Metadata()
 	if err != nil {
 		w.log.Error("delivery without metadata", "subject", m.Subject(), "err", err)
@@ -216,7 +242,7 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	d := delivery{msg: m, seq: meta.Sequence.Stream}
+	d := delivery{msg: m, seq: meta.Sequence.Stream, ctl: ctl}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r, ok := w.runners[ref.Key()]; ok {

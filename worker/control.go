@@ -1,0 +1,472 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/schedule"
+)
+
+// Control messages (DESIGN §9) reach a session two ways. Every message is
+// in JL_CTL and delivered through the agent's durable consumer to some
+// worker, which leases the session (if nobody runs it) and applies it; and
+// the owner of a running session subscribes to the session's control
+// subject, so it learns of a message in milliseconds. Either way the
+// message itself is read from the stream, in sequence order, after the
+// state's CtlSeq; applying it and advancing CtlSeq is one state write, so a
+// message is applied once however often it is delivered.
+//
+// Messages are applied at step boundaries. A cancel does not wait for one:
+// the owner aborts the step in flight (the model's HTTP request, the tool
+// and its process group), and the cancel is applied at the boundary that
+// follows at once, settling the aborted step.
+
+// Limits of control application.
+const (
+	// MaxSteers bounds the steer texts queued in a session's state; a
+	// steer beyond it is refused with a note in the transcript.
+	MaxSteers = 64
+	// maxCtlScan bounds the messages a cancel confirmation reads.
+	maxCtlScan = 256
+	// cancelConfirmWait bounds how long the owner waits for a cancel it
+	// heard on the control subject to show in JL_CTL.
+	cancelConfirmWait = 2 * time.Second
+)
+
+// errAborted is the cause of a step whose effect the owner stopped: its
+// intent stays, and the control that stopped it settles it.
+var errAborted = errors.New("step aborted")
+
+var (
+	errCancelRequested = fmt.Errorf("%w: cancelled by a control message", errAborted)
+	errSuperseded      = fmt.Errorf("%w: %s", errAborted, supersededText)
+)
+
+// supersededText is the reason of a run a newer tick of a cancel_previous
+// schedule ended.
+const supersededText = "cancelled by a newer tick"
+
+// ctlInput is one control message read from JL_CTL.
+type ctlInput struct {
+	msg  *nats.Msg
+	seq  uint64
+	time time.Time
+}
+
+// nextControl returns the session's first control message after seq, read
+// from JL_CTL or, when a replica lags, from a held delivery.
+func (r *runner) nextControl(ctx context.Context, seq uint64) (*ctlInput, error) {
+	var in *ctlInput
+	m, err := r.w.ctl.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(r.w.names.Ctl(r.ref)))
+	switch {
+	case err == nil:
+		in = &ctlInput{msg: &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, seq: m.Sequence, time: m.Time}
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	default:
+		return nil, fmt.Errorf("worker: read control messages of %s after %d: %w", r.ref, seq, err)
+	}
+	if d, ok := r.heldAfter(seq, true); ok && (in == nil || d.seq < in.seq) {
+		var t time.Time
+		if meta, _ := d.msg.Metadata(); meta != nil {
+			t = meta.Timestamp
+		}
+		in = &ctlInput{msg: &nats.Msg{Subject: d.msg.Subject(), Header: d.msg.Headers(), Data: d.msg.Data()}, seq: d.seq, time: t}
+	}
+	return in, nil
+}
+
+// onControl is the owner's subscription to the session's control subject:
+// it tells the loop to read JL_CTL at its next boundary and, for a cancel,
+// aborts the step in flight once the cancel is confirmed in the stream (a
+// message on the subject that the stream refused as a duplicate must not
+// stop anything).
+func (r *runner) onControl(ctx context.Context, m *nats.Msg) {
+	r.ctlHint.Store(true)
+	msg, err := control.Parse(m)
+	if err != nil || msg.Verb != control.Cancel {
+		return
+	}
+	delay := 2 * time.Millisecond
+	deadline := time.Now().Add(cancelConfirmWait)
+	for {
+		if seq, ok := r.findCancel(ctx); ok {
+			r.requestCancel(seq)
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// findCancel looks in JL_CTL for a cancel not yet applied.
+func (r *runner) findCancel(ctx context.Context) (uint64, bool) {
+	seq := r.applied.Load()
+	subject := r.w.names.Ctl(r.ref)
+	for range maxCtlScan {
+		m, err := r.w.ctl.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		if err != nil {
+			return 0, false
+		}
+		if msg, err := control.Parse(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err == nil && msg.Verb == control.Cancel {
+			return m.Sequence, true
+		}
+		seq = m.Sequence
+	}
+	return 0, false
+}
+
+// requestCancel records a cancel at JL_CTL sequence seq and aborts the
+// step in flight.
+func (r *runner) requestCancel(seq uint64) {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.ctlHint.Store(true)
+	if seq <= r.applied.Load() || seq <= r.cancelSeq {
+		return
+	}
+	r.cancelSeq = seq
+	if r.abort != nil {
+		r.abort(errCancelRequested)
+	}
+}
+
+// supersede aborts the step in flight of a tick run a newer tick replaces.
+func (r *runner) supersede() {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.superseded = true
+	if r.abort != nil {
+		r.abort(errSuperseded)
+	}
+}
+
+// effectContext returns the context of a step's effect: the owner aborts
+// it for a cancel or a newer tick. done must be called once the effect
+// has returned.
+func (r *runner) effectContext(ctx context.Context) (ectx context.Context, done func()) {
+	ectx, cancel := context.WithCancelCause(ctx)
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	switch {
+	case r.cancelSeq > r.applied.Load():
+		cancel(errCancelRequested)
+	case r.superseded:
+		cancel(errSuperseded)
+	}
+	r.abort = cancel
+	return ectx, func() {
+		r.ctlMu.Lock()
+		r.abort = nil
+		r.ctlMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// aborted returns the cause of an effect the owner stopped, nil when it
+// was not stopped so.
+func aborted(ectx context.Context) error {
+	if c := context.Cause(ectx); errors.Is(c, errAborted) {
+		return c
+	}
+	return nil
+}
+
+// takeCtlHint reports whether the loop should read JL_CTL at this
+// boundary: a message may have arrived, or a cancel waits.
+func (r *runner) takeCtlHint(applied uint64) bool {
+	hint := r.ctlHint.Swap(false)
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	return hint || r.cancelSeq > applied
+}
+
+// wantsCancel returns the confirmed cancel not applied yet, if any.
+func (r *runner) wantsCancel(applied uint64) uint64 {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	if r.cancelSeq > applied {
+		return r.cancelSeq
+	}
+	return 0
+}
+
+// forgetCancel drops a cancel the stream never showed.
+func (r *runner) forgetCancel() {
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.cancelSeq = 0
+}
+
+// observe records what the runner's signals need of the state just
+// written.
+func (r *runner) observe(st State) {
+	r.applied.Store(st.CtlSeq)
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	r.runTick = ""
+	if st.Status == StatusWorking && st.Tick != nil && st.Tick.Overlap == schedule.OverlapCancelPrevious && !st.Tick.Superseded {
+		r.runTick, r.runInSeq = st.Tick.Schedule, st.InSeq
+	} else {
+		r.superseded = false
+	}
+}
+
+// controls applies the control messages JL_CTL holds for the session after
+// its CtlSeq, in order. A verb that needs a step boundary without a
+// pending intent waits while one is pending (recovery settles it first).
+func (s *session) controls(ctx context.Context) error {
+	waited := time.Duration(0)
+	for {
+		in, err := s.r.nextControl(ctx, s.st.CtlSeq)
+		if err != nil {
+			return err
+		}
+		if in == nil {
+			want := s.r.wantsCancel(s.st.CtlSeq)
+			if want == 0 {
+				s.ctlRead = s.rev
+				return nil
+			}
+			// A cancel was confirmed on one replica; another may lag.
+			if waited >= cancelConfirmWait {
+				s.log.Warn("cancel heard but not found in the control stream; carrying on", "seq", want)
+				s.r.forgetCancel()
+				s.ctlRead = s.rev
+				return nil
+			}
+			if err := sleep(ctx, 20*time.Millisecond); err != nil {
+				return err
+			}
+			waited += 20 * time.Millisecond
+			continue
+		}
+		msg, perr := control.Parse(in.msg)
+		if perr == nil && s.st.Pending != nil && msg.Verb != control.Steer && msg.Verb != control.Cancel {
+			// Settle the interrupted step first; come back at the next
+			// boundary.
+			s.ctlRead = s.rev
+			return nil
+		}
+		if err := s.apply(ctx, in, msg, perr); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// apply applies one control message and records its sequence, in one
+// state write.
+func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, perr error) error {
+	next := s.st.clone()
+	next.CtlSeq = in.seq
+	verb := string(msg.Verb)
+	if perr != nil {
+		verb = "invalid"
+		s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, "invalid control message: "+perr.Error())
+		s.w.m.controls.WithLabelValues(verb, "invalid").Inc()
+		return s.commit(ctx, nil, next)
+	}
+	log := s.log.With("verb", msg.Verb, "seq", in.seq, "id", msg.ID, "source", msg.Source)
+	now := time.Now().UTC()
+	ref := &EventRef{ID: msg.ID, Source: msg.Source, Type: events.ControlType(verb), Seq: in.seq}
+	var entries []Entry
+	note := func(kind Kind, text string) {
+		e := s.entry(&next, kind)
+		e.Name, e.Text, e.Event = verb, text, ref
+		entries = append(entries, e)
+	}
+	// ignore records a message that had nothing to act on.
+	ignore := func(why string) {
+		note(KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
+	}
+	// unwait continues a blocked or paused session; the time it waited
+	// does not count against the run's deadline.
+	unwait := func() {
+		if !next.RunStarted.IsZero() && next.Since.Before(now) {
+			next.RunStarted = next.RunStarted.Add(now.Sub(next.Since))
+		}
+		next.setStatus(StatusWorking, "", now)
+	}
+	outcome := "applied"
+	final := s.st.Status.Final()
+	switch msg.Verb {
+	case control.Steer:
+		switch {
+		case final:
+			ignore("the session is " + string(s.st.Status))
+			outcome = "ignored"
+		case len(next.Steers) >= MaxSteers:
+			ignore(fmt.Sprintf("%d steers already wait for the next model call", MaxSteers))
+			outcome = "refused"
+		default:
+			next.Steers = append(next.Steers, Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
+		}
+	case control.Interrupt:
+		if s.st.Status != StatusWorking {
+			ignore("the session is " + string(s.st.Status) + ", not working")
+			outcome = "ignored"
+			break
+		}
+		note(KindControl, msg.Text)
+		reason := "interrupted"
+		if msg.Text != "" {
+			reason = "interrupted: " + msg.Text
+		}
+		next.setStatus(StatusPaused, reason, now)
+	case control.Resume:
+		switch {
+		case s.st.Status == StatusPaused:
+			note(KindControl, msg.Text)
+			unwait()
+		case s.st.Status == StatusBlocked && s.st.Approval == "":
+			call, ok := outstanding(next, s.st.BlockedCall)
+			if !ok {
+				ignore("the call " + s.st.BlockedCall + " it waits on is not outstanding")
+				outcome = "ignored"
+				break
+			}
+			note(KindControl, "")
+			answer := msg.Text
+			if answer == "" {
+				answer = "(resumed without an answer)"
+			}
+			e := s.entry(&next, KindToolResult)
+			e.Name, e.CallID, e.Result = call.Name, call.ID, cut(answer, MaxEntryBytes)
+			entries = append(entries, e)
+			next.Calls = removeCall(next.Calls, call.ID)
+			next.Steps++
+			unwait()
+		case s.st.Status == StatusBlocked:
+			ignore(fmt.Sprintf("the session waits for approval of call %s: approve or deny it", s.st.BlockedCall))
+			outcome = "ignored"
+		case final || msg.Text == "":
+			ignore("the session is " + string(s.st.Status) + ", neither paused nor blocked")
+			outcome = "ignored"
+		case len(next.Steers) >= MaxSteers:
+			ignore(fmt.Sprintf("%d steers already wait for the next model call", MaxSteers))
+			outcome = "refused"
+		default:
+			// Nothing to resume: the text waits for the next model call,
+			// as a steer's would.
+			next.Steers = append(next.Steers, Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
+		}
+	case control.Cancel:
+		if final {
+			ignore("the session is already " + string(s.st.Status))
+			outcome = "ignored"
+			break
+		}
+		note(KindControl, msg.Text)
+		reason := "cancelled"
+		if msg.Text != "" {
+			reason = "cancelled: " + msg.Text
+		}
+		entries = append(entries, s.settleOpen(&next, "cancelled")...)
+		next.Steers = nil
+		next.setStatus(StatusCancelled, reason, now)
+	case control.Approve, control.Deny:
+		if s.st.Status != StatusBlocked || s.st.Approval == "" || s.st.BlockedCall != msg.CallID {
+			why := "the session is " + string(s.st.Status) + ", not waiting for an approval"
+			if s.st.Status == StatusBlocked && s.st.Approval != "" {
+				why = "the session waits for approval of call " + s.st.BlockedCall + ", not " + msg.CallID
+			}
+			ignore(why)
+			outcome = "ignored"
+			break
+		}
+		note(KindControl, msg.Text)
+		if msg.Verb == control.Approve {
+			next.Approved = msg.CallID
+		} else {
+			call, _ := outstanding(next, msg.CallID)
+			text := "denied: the call did not run"
+			if msg.Text != "" {
+				text = "denied: " + msg.Text + " (the call did not run)"
+			}
+			e := s.entry(&next, KindToolResult)
+			e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, cut(text, MaxEntryBytes), true
+			entries = append(entries, e)
+			next.Calls = removeCall(next.Calls, call.ID)
+			next.Steps++
+		}
+		unwait()
+	case control.Fork:
+		why, err := s.fork(ctx, msg, in.seq)
+		if err != nil {
+			return err
+		}
+		if why != "" {
+			ignore(why)
+			outcome = "refused"
+		}
+	}
+	if err := s.commit(ctx, entries, next); err != nil {
+		return err
+	}
+	s.w.m.controls.WithLabelValues(verb, outcome).Inc()
+	if !in.time.IsZero() {
+		s.w.m.controlSeconds.WithLabelValues(verb).Observe(time.Since(in.time).Seconds())
+	}
+	log.Info("control message "+outcome, "status", next.Status)
+	return nil
+}
+
+// settleOpen ends the step in flight and answers every outstanding call
+// with an error result text: the step's intent is cleared, a model call
+// it interrupted is counted as possibly billed.
+func (s *session) settleOpen(next *State, text string) []Entry {
+	if p := next.Pending; p != nil {
+		if p.Kind == StepModel {
+			next.UnknownUsage++
+		}
+		next.Steps = p.Step
+		next.Pending = nil
+	}
+	return s.closeCalls(next, text)
+}
+
+// outstanding finds call id among st's outstanding calls.
+func outstanding(st State, id string) (CallRef, bool) {
+	for _, c := range st.Calls {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return CallRef{}, false
+}
+
+func removeCall(calls []CallRef, id string) []CallRef {
+	out := calls[:0:0]
+	for _, c := range calls {
+		if c.ID != id {
+			out = append(out, c)
+		}
+	}
+	return out
+}

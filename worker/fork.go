@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// forkSource is the source of the resume a fork sends its new session.
+const forkSource = "/jetloop/worker/fork"
+
+// fork copies the session's transcript up to turn msg.Turn into a new
+// session msg.As of the same agent, which records this one as its parent,
+// and starts it with a resume (carrying msg.Text) on its control subject.
+// The original session is left as it is. It returns why the fork was
+// refused, "" when it was made.
+//
+// The new session's state is created last: entries written before a crash
+// belong to no state and are written again. A fork applied twice (a crash
+// between the new session's creation and the parent's CtlSeq) finds the
+// session it created by its parent and fork sequence, and only makes sure
+// it was started.
+func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (string, error) {
+	child, err := streams.NewSessionRef(s.r.ref.Agent, msg.As)
+	if err != nil {
+		return fmt.Sprintf("fork as %q: %v", msg.As, err), nil
+	}
+	if msg.Turn > s.st.Turns {
+		return fmt.Sprintf("fork at turn %d: the session has had %d turns", msg.Turn, s.st.Turns), nil
+	}
+	existing, _, err := s.w.store.load(ctx, child)
+	switch {
+	case err == nil:
+		if existing.Parent == s.r.ref.Session && existing.ForkSeq == seq {
+			return "", s.w.startFork(ctx, child, existing, msg, seq)
+		}
+		return fmt.Sprintf("fork as %q: that session exists", msg.As), nil
+	case !errors.Is(err, ErrNotFound):
+		return "", err
+	}
+	entries, st := s.forkState(msg, seq, child)
+	if err := s.w.store.writeEntries(ctx, child, entries); err != nil {
+		return "", err
+	}
+	if _, err := s.w.store.create(ctx, child, st); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return fmt.Sprintf("fork as %q: that session was created meanwhile", msg.As), nil
+		}
+		return "", err
+	}
+	s.log.Info("session forked", "as", msg.As, "at_turn", msg.Turn, "entries", len(entries), "status", st.Status)
+	return "", s.w.startFork(ctx, child, st, msg, seq)
+}
+
+// forkState returns the entries and the first state of the session a fork
+// creates: the transcript up to the end of turn msg.Turn, renumbered from
+// 1, the calls its last answer left without results, and the usage of the
+// answers copied. It is paused, to be resumed at once, unless nothing is
+// left for a model call to answer (the copy ends with an answer and no
+// text was given): then it is done and waits for an event.
+func (s *session) forkState(msg control.Message, seq uint64, child streams.SessionRef) ([]Entry, State) {
+	now := time.Now().UTC()
+	st := newState(child.Agent, child.Session, now)
+	st.Parent, st.ForkTurn, st.ForkSeq = s.r.ref.Session, msg.Turn, seq
+	st.DefinitionVersion, st.Limits = s.st.DefinitionVersion, s.st.Limits
+	st.Turns = msg.Turn
+	st.RunStarted = now
+
+	var out []Entry
+	var calls []CallRef
+	last := Kind("")
+	for _, e := range s.log_ {
+		if e.Turn > msg.Turn {
+			break
+		}
+		e.ID = uint64(len(out) + 1)
+		switch e.Kind {
+		case KindAssistant:
+			calls = nil
+			if e.Usage != nil {
+				st.Usage = st.Usage.Add(*e.Usage)
+			}
+			st.Steps++
+		case KindToolCall:
+			calls = append(calls, CallRef{ID: e.CallID, Name: e.Name, Entry: e.ID})
+		case KindToolResult:
+			calls = removeCall(calls, e.CallID)
+			st.Steps++
+		}
+		if e.Kind != KindSystem {
+			last = e.Kind
+		}
+		out = append(out, e)
+	}
+	st.Calls = calls
+	note := Entry{ID: uint64(len(out) + 1), Kind: KindSystem, Turn: msg.Turn, Time: now,
+		Text: fmt.Sprintf("forked from session %s at turn %d", s.r.ref.Session, msg.Turn)}
+	out = append(out, note)
+	st.NextEntry = uint64(len(out) + 1)
+	if msg.Text == "" && len(calls) == 0 && (last == KindAssistant || last == "") {
+		st.setStatus(StatusDone, "", now)
+		st.RunEnded = now
+	} else {
+		st.setStatus(StatusPaused, fmt.Sprintf("forked from %s at turn %d", s.r.ref.Session, msg.Turn), now)
+	}
+	return out, st
+}
+
+// startFork sends the resume that starts a paused forked session, unless
+// it has applied a control message already. Its id is the fork's, so a
+// second send inside JL_CTL's duplicate window is dropped.
+func (w *Worker) startFork(ctx context.Context, child streams.SessionRef, st State, msg control.Message, seq uint64) error {
+	if st.Status != StatusPaused || st.CtlSeq != 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := control.Publish(pctx, w.js, w.names, child, control.Message{
+		Verb: control.Resume, Text: msg.Text,
+		ID: "fork-" + strconv.FormatUint(seq, 10), Source: forkSource,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: start forked session %s: %w", child, err)
+	}
+	return nil
+}
