@@ -412,7 +412,7 @@ func TestResumeAnswersAskHuman(t *testing.T) {
 func gatedDef() policies.Definition {
 	return policies.Definition{Name: "gated", Tools: []string{"ledger"},
 		Approvals: []policies.Approval{{Name: "ledger-writes", When: `tool.name == "ledger" && tool.args.note != "harmless"`}},
-		Model: scripted(callLedger("Writing."), policies.ScriptEntry{Text: "Written."})}
+		Model:     scripted(callLedger("Writing."), policies.ScriptEntry{Text: "Written."})}
 }
 
 // TestApprovalGate stops a gated call before it runs: blocked, waiting for
