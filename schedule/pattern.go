@@ -89,6 +89,11 @@ func ParsePattern(expr, tz, offsetKey string) (Pattern, error) {
 	if err != nil {
 		return Pattern{}, fmt.Errorf("schedule: %w: %q: %w", ErrBadPattern, expr, err)
 	}
+	// The parser takes dates that do not exist (30 February, 31 April);
+	// such a schedule would never fire.
+	if s.Next(time.Now()).IsZero() {
+		return Pattern{}, fmt.Errorf("schedule: %w: %q never fires (no such date)", ErrBadPattern, expr)
+	}
 	return Pattern{Expr: sixField, TimeZone: tz, sched: s}, nil
 }
 
@@ -127,12 +132,12 @@ func (p Pattern) Slot(next time.Time) time.Time {
 		step = time.Second
 	}
 	t := p.sched.Next(next.Add(-40 * step))
-	if !t.Before(next) {
+	if t.IsZero() || !t.Before(next) {
 		return time.Time{}
 	}
 	for range 100000 {
 		n := p.sched.Next(t)
-		if !n.Before(next) {
+		if n.IsZero() || !n.Before(next) {
 			return t.UTC()
 		}
 		t = n

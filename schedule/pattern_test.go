@@ -26,6 +26,9 @@ func TestParsePattern(t *testing.T) {
 		{name: "garbage", expr: "every day", wantErr: true},
 		{name: "at is not a schedule", expr: "@at 2030-01-01T00:00:00Z", wantErr: true},
 		{name: "empty", expr: " ", wantErr: true},
+		{name: "no such date", expr: "0 0 0 30 2 *", wantErr: true},
+		{name: "no such date in a zone", expr: "0 0 31 4 *", tz: "Europe/Berlin", wantErr: true},
+		{name: "leap day", expr: "0 0 12 29 2 *", wantExpr: "0 0 12 29 2 *"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
