@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celchecker "github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -20,7 +21,8 @@ const (
 	// CostLimit bounds the runtime cost of one evaluation of one
 	// expression, in CEL cost units (roughly one per operation and per
 	// element a macro visits). A rule that exceeds it fails with an
-	// evaluation error instead of holding the ingest.
+	// evaluation error instead of holding the ingest; one whose estimated
+	// cost exceeds it even on an empty input is refused when it compiles.
 	CostLimit = 100_000
 	// MaxExpressionLen bounds the source length of one expression.
 	MaxExpressionLen = 4 << 10
@@ -125,6 +127,13 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if out := checked.OutputType(); !out.IsExactType(want) && !out.IsExactType(cel.DynType) {
 		return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want %s", out, want)}
 	}
+	// Refuse at load what the estimate proves too costly: a rule whose
+	// worst case exceeds the limit even when every field of the input is
+	// empty would fail on every event. What depends on the input's size is
+	// left to the cost limit at evaluation.
+	if est, err := env.EstimateCost(checked, emptyInputs{}); err == nil && est.Max > CostLimit {
+		return nil, &exprError{msg: fmt.Sprintf("CEL: estimated cost up to %d exceeds the limit of %d even on an empty input; simplify the rule", est.Max, CostLimit)}
+	}
 	prg, err := env.Program(checked,
 		cel.CostLimit(CostLimit),
 		cel.InterruptCheckFrequency(interruptEvery),
@@ -133,6 +142,20 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
 	return &Expr{src: src, kind: kind, prg: prg}, nil
+}
+
+// emptyInputs estimates every input whose size CEL cannot know (strings,
+// lists and maps of the event, the tool call, the session) as empty, so an
+// estimate's Max is the worst case the expression's own literals and
+// nesting force.
+type emptyInputs struct{}
+
+func (emptyInputs) EstimateSize(celchecker.AstNode) *celchecker.SizeEstimate {
+	return &celchecker.SizeEstimate{Min: 0, Max: 0}
+}
+
+func (emptyInputs) EstimateCallCost(string, string, *celchecker.AstNode, []celchecker.AstNode) *celchecker.CallEstimate {
+	return nil
 }
 
 // checkFields refuses a selection of an undeclared field on a declared
