@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +199,48 @@ func TestTickTimeoutFailsTheRunNotTheSession(t *testing.T) {
 	}
 	if tr.Status.Final() {
 		t.Fatalf("a tick timeout ended the session: %s (%s)", tr.Status, tr.Reason)
+	}
+}
+
+// TestCancelPreviousEndsTheRunningRun runs a schedule whose runs outlast
+// their slot with overlap cancel_previous: each newer tick cancels the
+// running run (failed, "cancelled by a newer tick", its model call
+// aborted) and starts its own; the session never becomes final.
+func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
+	e := setup(t)
+	slow := policies.ScriptEntry{Text: "slow", Delay: policies.Duration(time.Minute)}
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Overlap: schedule.OverlapCancelPrevious, MaxFailures: 100}, slow))
+	ref := e.ref(t, "mon", "drift")
+	var tr worker.Transcript
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		var err error
+		if tr, err = worker.Show(context.Background(), e.js, e.names, ref); err != nil {
+			return err
+		}
+		superseded := 0
+		for _, en := range tr.Transcript {
+			if en.Kind == worker.KindSystem && strings.HasPrefix(en.Text, "cancelled by a newer tick") {
+				superseded++
+			}
+		}
+		if superseded < 2 || ticksIn(tr) < 3 {
+			return fmt.Errorf("%d runs cancelled by newer ticks of %d", superseded, ticksIn(tr))
+		}
+		return nil
+	})
+	if tr.Status.Final() || tr.Pending != nil && tr.Pending.Kind != worker.StepModel {
+		t.Fatalf("session %s (%s), pending %+v", tr.Status, tr.Reason, tr.Pending)
+	}
+	if tr.Budget.Usage.UnknownUsageCalls < 2 {
+		t.Fatalf("aborted model calls counted: %+v", tr.Budget.Usage)
+	}
+	h := waitHealth(t, r, func(h schedule.Health) error {
+		if h.LastResult != schedule.ResultFailed || !strings.Contains(h.LastError, "cancelled by a newer tick") {
+			return fmt.Errorf("last result %q (%s)", h.LastResult, h.LastError)
+		}
+		return nil
+	})
+	if h.State != schedule.StateActive {
+		t.Fatalf("health %+v", h)
 	}
 }
