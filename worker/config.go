@@ -79,6 +79,10 @@ const (
 	PhaseSettled Phase = "settled"
 	// PhaseAck: the run rests; the inputs it consumed are not acked yet.
 	PhaseAck Phase = "ack"
+	// PhaseControl: a control message is applied (its sequence recorded in
+	// the state); its delivery is not acked yet. Step is its JL_CTL
+	// sequence, Control its verb.
+	PhaseControl Phase = "control"
 )
 
 // TracePoint says where a session's run is.
@@ -91,6 +95,8 @@ type TracePoint struct {
 	Tool, CallID string
 	// Recovery marks a step resumed from an earlier worker's intent.
 	Recovery bool
+	// Control is the verb of a control message (PhaseControl).
+	Control string
 }
 
 // Config configures a Worker. The zero values of optional fields are

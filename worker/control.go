@@ -429,6 +429,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
+	s.trace(ctx, TracePoint{Phase: PhaseControl, Step: in.seq, Control: verb})
 	s.w.m.controls.WithLabelValues(verb, outcome).Inc()
 	if !in.time.IsZero() {
 		s.w.m.controlSeconds.WithLabelValues(verb).Observe(time.Since(in.time).Seconds())
