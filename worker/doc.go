@@ -13,11 +13,21 @@
 // Budgets are checked before every step; every status change is a KV write
 // plus a jl.status.<agent>.<session> message and a JL_AUDIT record.
 //
+// Control messages (steer, interrupt, resume, cancel, approve, deny, fork)
+// are consumed from JL_CTL through a second durable pull consumer per
+// agent, and heard at once by the owner of a running session through a
+// subscription to its control subject. They are read from the stream after
+// the state's CtlSeq and applied at step boundaries, each in the same state
+// write that records its sequence, so each is applied once, in order; a
+// cancel aborts the model call or tool in flight first. Before a tool call
+// runs, the definition's approval gates are evaluated: a matching call
+// blocks the session until an approve or a deny.
+//
 // The read side (List, Show, Follow) reads the same records for the CLI
 // and, later, the NATS API.
 //
 // It does not admit events (admission/ and ingest/ do), parse agent
 // definitions (policies/), talk to model providers (model/), implement
-// tools (tools/) or define control verbs (control/); it declares the small
-// interfaces it needs from them.
+// tools (tools/) or define the control message format (control/); it
+// declares the small interfaces it needs from them.
 package worker
