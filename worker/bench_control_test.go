@@ -85,8 +85,17 @@ func percentiles(b *testing.B, name string, ds []time.Duration) {
 //   - cancel: a cancel published while a shell call runs sleep 30, to the
 //     shell's return with its process group gone (cancel-tool), and to the
 //     session's cancelled status message (cancel-final).
+//
+// It runs on file storage with the server's defaults (every state write
+// is fsynced by a single node), and on memory storage, which shows the
+// worker's own share without the disk.
 func BenchmarkControlLatency(b *testing.B) {
-	js, names := benchServer(b, streams.Options{})
+	b.Run("file", func(b *testing.B) { controlLatency(b, streams.Options{}) })
+	b.Run("memory", func(b *testing.B) { controlLatency(b, streams.Options{Memory: true}) })
+}
+
+func controlLatency(b *testing.B, opts streams.Options) {
+	js, names := benchServer(b, opts)
 	ctx := context.Background()
 	hand := &handModel{calls: make(chan model.Request), answers: make(chan model.Response)}
 	noop := tools.NewFunc(tools.Spec{Name: "noop", Description: "nothing", Schema: json.RawMessage(`{"type":"object"}`), ReplaySafe: true, State: tools.Stateless},
