@@ -1,0 +1,103 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// The agents of the run.
+const (
+	agentReviewer = "reviewer" // GitHub pull request events, a session per PR
+	agentRequests = "requests" // user requests, the session the path names
+	agentTicker   = "ticker"   // schedule ticks only
+)
+
+// repo is the repository of every pull request of the workload.
+const repo = "chaos/repo"
+
+// scriptPairs is how many (tool call, answer) pairs each session's script
+// holds: a session takes about one pair per event; past the script it
+// answers text only.
+const scriptPairs = 40
+
+// ledgerCommand is the shell command every tool call of the scripts runs:
+// it appends one line naming the call to the ledger shared by every worker,
+// then lingers, so that faults land between the effect and its settlement.
+// A line that appears twice is a replay-unsafe call that ran twice.
+func ledgerCommand(ledger string) string {
+	return fmt.Sprintf(`echo "$JETLOOP_AGENT $JETLOOP_SESSION $JETLOOP_CALL_ID" >> '%s' && sleep 0.3`, ledger)
+}
+
+// script is a scripted model that, for each event of a session, calls the
+// shell tool once and then answers, with delays that keep steps in flight
+// long enough for faults to land inside them.
+func script(ledger string) policies.Model {
+	m := policies.Model{Provider: "scripted", Name: "chaos"}
+	for i := range scriptPairs {
+		m.Script = append(m.Script,
+			policies.ScriptEntry{
+				Text:      fmt.Sprintf("Recording step %d.", i),
+				ToolCalls: []policies.ScriptToolCall{{Name: "shell", Args: map[string]any{"command": ledgerCommand(ledger)}}},
+				Usage:     policies.Usage{InputTokens: 100, OutputTokens: 10},
+				Delay:     policies.Duration(150 * time.Millisecond),
+			},
+			policies.ScriptEntry{
+				Text:  fmt.Sprintf("Step %d recorded.", i),
+				Usage: policies.Usage{InputTokens: 120, OutputTokens: 5},
+				Delay: policies.Duration(100 * time.Millisecond),
+			})
+	}
+	m.Then = &policies.ScriptEntry{Text: "Nothing more to record.", Delay: policies.Duration(50 * time.Millisecond)}
+	return m
+}
+
+// definitions are the run's agents; without schedules, the ticker stops
+// ticking (the cron reconcilers remove its schedule messages).
+func definitions(ledger string, schedules bool) []policies.Definition {
+	budget := policies.Budget{MaxTurns: 100_000, Deadline: policies.Duration(5 * time.Minute)}
+	defs := []policies.Definition{
+		{
+			Name: agentReviewer, Model: script(ledger), Tools: []string{"shell"}, Budget: budget,
+			Triggers: []policies.Trigger{{
+				Name:    "pr",
+				When:    `event.type in ["com.github.pull_request.opened", "com.github.pull_request.synchronize"]`,
+				Session: `event.data.repository.full_name + "#" + string(event.data.pull_request.number)`,
+			}},
+		},
+		{
+			Name: agentRequests, Model: script(ledger), Tools: []string{"shell"}, Budget: budget,
+			Triggers: []policies.Trigger{{Name: "request", When: `event.type == "dev.jetloop.request"`, Session: `event.subject`}},
+		},
+		{Name: agentTicker, Model: script(ledger), Tools: []string{"shell"}, Budget: budget},
+	}
+	if schedules {
+		defs[2].Schedules = []policies.Schedule{
+			{Name: "fast", Cron: "@every 2s", Session: "ephemeral", Overlap: "skip", Timeout: policies.Duration(30 * time.Second), MaxFailures: 1000},
+			{Name: "steady", Cron: "@every 3s", Session: "persistent", Overlap: "queue_one", Timeout: policies.Duration(30 * time.Second), MaxFailures: 1000},
+		}
+	}
+	return defs
+}
+
+// storeAgents validates and stores the run's agents in jl_agents.
+func storeAgents(ctx context.Context, js jetstream.JetStream, names streams.Names, ledger string, schedules bool) error {
+	store, err := policies.NewStore(ctx, js, names)
+	if err != nil {
+		return err
+	}
+	for _, d := range definitions(ledger, schedules) {
+		if _, err := policies.Compile(d); err != nil {
+			return fmt.Errorf("agent %s: %w", d.Name, err)
+		}
+		if _, err := store.Put(ctx, d, policies.WithSource("chaos")); err != nil {
+			return fmt.Errorf("store agent %s: %w", d.Name, err)
+		}
+	}
+	return nil
+}

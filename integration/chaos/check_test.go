@@ -1,0 +1,321 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// violation is one broken promise, with the session it concerns.
+type violation struct {
+	what    string
+	session ref // zero when it concerns no one session
+}
+
+// report is what the checker found.
+type report struct {
+	counts     map[string]int
+	violations []violation
+	sessions   map[ref]worker.Transcript
+	// unsettled lists why the system is not yet at rest (empty once it
+	// is): what the quiet period waits for.
+	unsettled []string
+}
+
+func (r *report) add(what string, n int) { r.counts[what] += n }
+
+func (r *report) violate(s ref, format string, args ...any) {
+	r.violations = append(r.violations, violation{what: fmt.Sprintf(format, args...), session: s})
+}
+
+// check reads every session and the ledger back and holds them against
+// what the workload was answered.
+func check(ctx context.Context, s *system, sent []sent) (*report, error) {
+	r := &report{counts: map[string]int{}, sessions: map[ref]worker.Transcript{}}
+	sums, err := worker.List(ctx, s.js, s.names)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	for _, sum := range sums {
+		sr, err := streams.NewSessionRef(sum.Agent, sum.Session)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := worker.Show(ctx, s.js, s.names, sr)
+		if err != nil {
+			return nil, fmt.Errorf("show %s: %w", sr, err)
+		}
+		r.sessions[ref{sum.Agent, sum.Session}] = tr
+	}
+	r.add("sessions", len(r.sessions))
+
+	// Every session ended final or waiting: no run in progress, no step in
+	// flight.
+	for k, tr := range r.sessions {
+		r.add("sessions "+string(tr.Status), 1)
+		switch {
+		case tr.Pending != nil:
+			r.violate(k, "session is %s with a %s step in flight (step %d, owner %s)", tr.Status, tr.Pending.Kind, tr.Pending.Step, tr.Pending.Owner)
+			r.unsettled = append(r.unsettled, k.String()+" has a step in flight")
+		case !tr.Status.Resting():
+			r.violate(k, "session is still %s", tr.Status)
+			r.unsettled = append(r.unsettled, k.String()+" is "+string(tr.Status))
+		}
+	}
+
+	// No transcript has a tool call without exactly one result.
+	calls := map[string]bool{} // "agent session call" of every tool call
+	for k, tr := range r.sessions {
+		results := map[string]int{}
+		called := map[string]bool{}
+		for _, e := range tr.Transcript {
+			switch e.Kind {
+			case worker.KindToolCall:
+				if called[e.CallID] {
+					r.violate(k, "tool call %s appears twice", e.CallID)
+				}
+				called[e.CallID] = true
+				calls[k.agent+" "+k.session+" "+e.CallID] = true
+			case worker.KindToolResult:
+				results[e.CallID]++
+				if e.IsError && strings.Contains(e.Result, "may or may not have run") {
+					r.add("tool calls interrupted, settled as such", 1)
+				}
+			}
+		}
+		r.add("tool calls", len(called))
+		for id := range called {
+			if n := results[id]; n != 1 {
+				r.violate(k, "tool call %s has %d results", id, n)
+				if n == 0 {
+					r.unsettled = append(r.unsettled, k.String()+" has a call without a result")
+				}
+			}
+		}
+		for id := range results {
+			if !called[id] {
+				r.violate(k, "tool result %s has no call", id)
+			}
+		}
+	}
+
+	// No replay-unsafe tool ran twice: every ledger line is unique; and
+	// every line is a call some transcript records, and every call whose
+	// result says it ran has its line.
+	lines, err := readLines(s.ledger)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]int{}
+	for _, l := range lines {
+		seen[l]++
+	}
+	r.add("ledger lines", len(lines))
+	for l, n := range seen {
+		k := lineRef(l)
+		if n > 1 {
+			r.violate(k, "replay-unsafe call ran %d times: ledger line %q", n, l)
+		}
+		if !calls[l] {
+			r.violate(k, "ledger line %q is no tool call of any transcript", l)
+		}
+	}
+	for k, tr := range r.sessions {
+		for _, e := range tr.Transcript {
+			if e.Kind == worker.KindToolResult && !e.IsError && seen[k.agent+" "+k.session+" "+e.CallID] == 0 {
+				r.violate(k, "tool result %s says the call ran, but the ledger has no line for it", e.CallID)
+			}
+		}
+	}
+
+	// Every event answered 2xx was processed, once.
+	recorded := map[ref]map[string]int{}
+	for k, tr := range r.sessions {
+		ids := map[string]int{}
+		for _, e := range tr.Transcript {
+			if (e.Kind == worker.KindEvent || e.Kind == worker.KindUser) && e.Event != nil {
+				ids[e.Event.ID]++
+				if e.Name == "dev.jetloop.tick" {
+					r.add("ticks processed", 1)
+				}
+			}
+		}
+		recorded[k] = ids
+	}
+	answered := map[string]bool{}
+	for _, d := range sent {
+		if d.kind == sendControl {
+			continue
+		}
+		r.add(d.kind+" deliveries", 1)
+		r.add(d.kind+" delivery attempts", d.attempts)
+		if d.repeat {
+			r.add(d.kind+" redeliveries of an id", 1)
+		}
+		if !d.ok {
+			r.add(d.kind+" deliveries never answered 2xx", 1)
+			continue
+		}
+		r.add(d.kind+" deliveries answered 2xx", 1)
+		k := ref{d.agent, d.session}
+		if answered[k.String()+" "+d.id] {
+			continue
+		}
+		answered[k.String()+" "+d.id] = true
+		r.add(d.kind+" events answered 2xx", 1)
+		switch n := recorded[k][d.id]; n {
+		case 1:
+			r.add(d.kind+" events processed once", 1)
+		case 0:
+			r.violate(k, "%s event %s was answered %d %s but is not in the transcript", d.kind, d.id, d.status, strings.TrimSpace(d.answer))
+			r.unsettled = append(r.unsettled, k.String()+" lacks event "+d.id)
+		default:
+			r.violate(k, "%s event %s is in the transcript %d times", d.kind, d.id, n)
+		}
+	}
+
+	// Every control message answered 2xx was applied once: one control or
+	// system entry records its JL_CTL sequence, or, for a steer, it waits
+	// in the state for the session's next model call. A message sent
+	// again with its Idempotency-Key is stored once.
+	firstSeq := map[string]uint64{}
+	applied := map[uint64]bool{}
+	for _, d := range sent {
+		if d.kind != sendControl {
+			continue
+		}
+		r.add("control messages sent", 1)
+		r.add("control message attempts", d.attempts)
+		if !d.ok {
+			r.add("control messages never answered 2xx", 1)
+			continue
+		}
+		r.add("control messages answered 2xx", 1)
+		k := ref{d.agent, d.session}
+		if prev, ok := firstSeq[d.id]; ok {
+			if prev != d.seq {
+				r.violate(k, "control message %s sent again with its Idempotency-Key was stored twice: seq %d and %d", d.id, prev, d.seq)
+			}
+			continue
+		}
+		firstSeq[d.id] = d.seq
+		if applied[d.seq] {
+			continue
+		}
+		applied[d.seq] = true
+		tr, ok := r.sessions[k]
+		if !ok {
+			r.violate(k, "%s (seq %d) for a session that does not exist", d.verb, d.seq)
+			continue
+		}
+		n := 0
+		for _, e := range tr.Transcript {
+			if (e.Kind == worker.KindControl || e.Kind == worker.KindSystem) && e.Event != nil && e.Event.Seq == d.seq &&
+				(e.Event.Type == "steer" || strings.HasPrefix(e.Event.Type, "dev.jetloop.control.")) {
+				n++
+			}
+		}
+		for _, st := range tr.Steers {
+			if st.Seq == d.seq {
+				n++
+				r.add("control steers waiting for a next model call", 1)
+			}
+		}
+		switch n {
+		case 1:
+			r.add("control messages applied once", 1)
+		case 0:
+			r.violate(k, "%s (seq %d, id %s) was answered 2xx but never applied", d.verb, d.seq, d.id)
+			r.unsettled = append(r.unsettled, fmt.Sprintf("%s has not applied control seq %d", k, d.seq))
+		default:
+			r.violate(k, "%s (seq %d, id %s) was applied %d times", d.verb, d.seq, d.id, n)
+		}
+	}
+	return r, nil
+}
+
+// lineRef is the session of a ledger line "agent session call".
+func lineRef(line string) ref {
+	f := strings.Fields(line)
+	if len(f) < 3 {
+		return ref{}
+	}
+	return ref{f[0], strings.Join(f[1:len(f)-1], " ")}
+}
+
+func readLines(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out, sc.Err()
+}
+
+// countLines renders the counts, sorted.
+func (r *report) countLines() []string {
+	var out []string
+	for k, n := range r.counts {
+		out = append(out, fmt.Sprintf("%-52s %d", k, n))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// describe renders a session's transcript for a violation's report.
+func describe(tr worker.Transcript) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "session %s/%s: status %s", tr.Agent, tr.Session, tr.Status)
+	if tr.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", tr.Reason)
+	}
+	if tr.Pending != nil {
+		fmt.Fprintf(&b, ", pending %s step %d call %s owner %s", tr.Pending.Kind, tr.Pending.Step, tr.Pending.CallID, tr.Pending.Owner)
+	}
+	for _, st := range tr.Steers {
+		fmt.Fprintf(&b, "\n  steer waiting: seq %d %q", st.Seq, st.Text)
+	}
+	for _, e := range tr.Transcript {
+		fmt.Fprintf(&b, "\n  %4d t%-3d %-11s", e.ID, e.Turn, e.Kind)
+		if e.Name != "" {
+			fmt.Fprintf(&b, " %s", e.Name)
+		}
+		if e.CallID != "" {
+			fmt.Fprintf(&b, " call=%s", e.CallID)
+		}
+		if e.Event != nil {
+			fmt.Fprintf(&b, " event=%s seq=%d", e.Event.ID, e.Event.Seq)
+		}
+		text := e.Text
+		if e.Kind == worker.KindToolResult {
+			text = e.Result
+		}
+		if text != "" {
+			fmt.Fprintf(&b, " %q", clip(text, 80))
+		}
+		if e.IsError {
+			b.WriteString(" [error]")
+		}
+	}
+	return b.String()
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
