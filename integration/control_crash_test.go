@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
@@ -150,5 +151,33 @@ func TestControlCrash(t *testing.T) {
 		if runs := ledgerCounts(t, filepath.Join(e.dir, "ledger")); len(runs) != 0 {
 			t.Fatalf("ledger %v", runs)
 		}
+	})
+	t.Run("owner dies running the call an approve let through", func(t *testing.T) {
+		e := newCrashEnv(t)
+		def := crashDef()
+		def.Approvals = []policies.Approval{{Name: "ledger", When: `tool.name == "ledger"`}}
+		first := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepTool, Step: 2}))
+		ref := e.send(t, "crash", "s1", "write it")
+		tr := e.waitStatus(t, ref, worker.StatusBlocked, first)
+		e.publish(t, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor})
+		first.waitPoint(t, time.Minute)
+		first.kill()
+		// The approve is the only message of the run: its redelivery
+		// brings the session to a worker that recovers the call.
+		second := startChild(t, e.spec("w2", def, false, nil))
+		tr = e.waitDone(t, ref, first, second)
+		for id, r := range checkOneResult(t, tr) {
+			if r.Result != "interrupted; may or may not have run" {
+				t.Errorf("call %s: result %+v", id, r)
+			}
+			if runs := ledgerCounts(t, filepath.Join(e.dir, "ledger"))["s1 "+id]; runs != 0 {
+				t.Errorf("call %s ran %d times", id, runs)
+			}
+		}
+		if countControl(tr, "approve") != 1 {
+			t.Fatalf("transcript %+v", tr.Transcript)
+		}
+		e.ctlAcked(t, "crash")
+		natstestPollAcked(t, e, "crash")
 	})
 }

@@ -98,14 +98,18 @@ func (r *runner) add(d delivery) {
 	})
 }
 
-// consumedBy reports whether st records d as consumed: an input before
-// the last recorded one, or that one once the run it started rests; a
-// control message at or below the last applied one.
+// consumedBy reports whether st records d as consumed: an input (a
+// control message) before the last one recorded (applied), or that one
+// once the session rests. The last one is kept in progress while a run
+// goes on, so that a crash of the owner leads to its redelivery, and the
+// redelivery to recovery: a run a resume or an approve started has no
+// unacknowledged input but that control message.
 func consumedBy(d delivery, st State) bool {
+	last := st.InSeq
 	if d.ctl {
-		return d.seq <= st.CtlSeq
+		last = st.CtlSeq
 	}
-	return d.seq < st.InSeq || (d.seq == st.InSeq && st.Status.Resting() && st.Pending == nil)
+	return d.seq < last || (d.seq == last && st.Status.Resting() && st.Pending == nil)
 }
 
 // ack acknowledges the held deliveries that st records as consumed.
@@ -215,12 +219,18 @@ func (r *runner) run(ctx context.Context) {
 // more to consume.
 func (r *runner) session(ctx context.Context) error {
 	w := r.w
-	// A redelivery of inputs already consumed needs no lease.
-	if st, _, err := w.store.load(ctx, r.ref); err == nil && st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
-		(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
+	// A redelivery of messages already consumed needs no lease; those the
+	// state records consumed are acknowledged even while another worker
+	// runs the session (the last input and the last control message stay
+	// unacknowledged until the run rests: they bring recovery if its owner
+	// dies).
+	if st, _, err := w.store.load(ctx, r.ref); err == nil {
 		r.ack(st)
-		return nil
-	} else if err != nil && !errors.Is(err, ErrNotFound) {
+		if st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
+			(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
+			return nil
+		}
+	} else if !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	ls, err := w.leases.acquire(ctx, r.ref)
