@@ -257,9 +257,11 @@ func (s *session) controls(ctx context.Context) error {
 			continue
 		}
 		msg, perr := control.Parse(in.msg)
-		if perr == nil && s.st.Pending != nil && msg.Verb != control.Steer && msg.Verb != control.Cancel {
-			// Settle the interrupted step first; come back at the next
-			// boundary.
+		if perr == nil && s.st.Pending != nil && msg.Verb != control.Steer && msg.Verb != control.Cancel &&
+			s.r.wantsCancel(s.st.CtlSeq) <= in.seq {
+			// Settle the interrupted step first (recovery); come back at
+			// the next boundary. With a cancel behind this message there
+			// is nothing to recover: the cancel settles the step.
 			s.ctlRead = s.rev
 			return nil
 		}

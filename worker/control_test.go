@@ -349,6 +349,28 @@ func TestCancelAbortsModelCall(t *testing.T) {
 	}
 }
 
+// TestInterruptThenCancelDuringModelCall sends an interrupt and then a
+// cancel while a model call is in flight: the cancel aborts the call, and
+// both apply in order at once (nothing is recovered in between).
+func TestInterruptThenCancelDuringModelCall(t *testing.T) {
+	e := setup(t)
+	p := newProbe(true)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "never"})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Models: p.factory})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "hello")
+	<-p.calling
+	publish(t, e, ref, control.Message{Verb: control.Interrupt})
+	publish(t, e, ref, control.Message{Verb: control.Cancel})
+	tr := e.waitStatus(t, ref, worker.StatusCancelled)
+	if got, want := kinds(tr), "user,control,control"; got != want {
+		t.Fatalf("transcript %s, want %s", got, want)
+	}
+	if len(p.requests()) != 1 || tr.Budget.Usage.UnknownUsageCalls != 1 || tr.Pending != nil {
+		t.Fatalf("%d model calls, usage %+v, pending %+v", len(p.requests()), tr.Budget.Usage, tr.Pending)
+	}
+}
+
 // TestCancelPausedSession cancels a session nobody runs: a worker leases
 // it for the message and ends it, answering the call it left open.
 func TestCancelPausedSession(t *testing.T) {
