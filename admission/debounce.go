@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -18,6 +19,17 @@ import (
 // maxDebounceAttempts bounds compare-and-set retries of one pending
 // debounce message under contention.
 const maxDebounceAttempts = 16
+
+// Bounds of the wait for a pending burst that is due to fire.
+const (
+	// maxFireGuard is the most time before a pending burst's @at within
+	// which Debounce no longer replaces it but waits for it to fire; the
+	// guard is half the window, up to this.
+	maxFireGuard = time.Second
+	// maxFireWait bounds the wait past the burst's @at for the server to
+	// fire it and remove it.
+	maxFireWait = 5 * time.Second
+)
 
 // Headers of NATS message schedules (nats-server 2.14+, server/stream.go).
 const (
@@ -39,6 +51,15 @@ const (
 // sequence, so concurrent events from several ingest processes each count
 // once; the message's Nats-Msg-Id makes a retried delivery of the same
 // event inside the duplicate window count once too.
+//
+// A pending burst that is due to fire, or will be within a guard (half the
+// window, at most a second), is never replaced: when the server fires an
+// @at message it copies it, then stores the copy on the target and purges
+// the whole debounce subject, so a message written in between would be
+// acknowledged and then purged without firing. Debounce instead waits
+// until the fire has removed the pending message and starts a new burst
+// with e. The guard also covers the publish's own latency and a small
+// skew between this process's clock and the server's.
 func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int, error) {
 	ref, err := d.Ref()
 	if err != nil {
@@ -46,6 +67,7 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 	}
 	subject, target := a.names.Debounce(ref), a.names.In(ref)
 	stamped := Stamp(e, d)
+	guard := min(maxFireGuard, d.Window/2)
 	for range maxDebounceAttempts {
 		var last uint64
 		count := 1
@@ -55,6 +77,13 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		case err != nil:
 			return 0, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
 		default:
+			if at, ok := scheduledAt(raw.Header); ok && !at.After(a.now().Add(guard)) {
+				if err := a.awaitFired(ctx, subject, raw.Sequence, at); err != nil {
+					return 0, err
+				}
+				// The burst fired: read again and start a new one.
+				continue
+			}
 			last = raw.Sequence
 			if prev, err := events.FromMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}); err == nil {
 				if n, err := strconv.Atoi(fmt.Sprint(prev.Extensions()[ExtCount])); err == nil && n > 0 {
@@ -90,4 +119,44 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		}
 	}
 	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)
+}
+
+// scheduledAt reads the fire time of a pending @at schedule message.
+func scheduledAt(h nats.Header) (time.Time, bool) {
+	v, ok := strings.CutPrefix(h.Get(hdrSchedule), "@at ")
+	if !ok {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+	return at, err == nil
+}
+
+// awaitFired waits until the pending message seq on subject, due at at,
+// is gone (fired and purged) or replaced. It polls with a growing delay,
+// as the server signals neither, up to maxFireWait past at.
+func (a *Admitter) awaitFired(ctx context.Context, subject string, seq uint64, at time.Time) error {
+	deadline := at.Add(maxFireWait)
+	delay := 5 * time.Millisecond
+	for {
+		raw, err := a.in.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
+		case raw.Sequence != seq:
+			return nil
+		}
+		if a.now().After(deadline) {
+			return fmt.Errorf("%w: debounce on %s: the pending burst due at %s has not fired", ErrState, subject, at.Format(time.RFC3339))
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("admission: debounce on %s: wait for the pending burst to fire: %w", subject, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
 }
