@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,16 +22,14 @@ const (
 	// ExtTrigger names the trigger that admitted the event.
 	ExtTrigger = "jltrigger"
 	// ExtPrompt carries the trigger's rendered prompt, when it has one:
-	// the text the turn should start from.
+	// the text the turn should start from. A prompt may hold newlines,
+	// which a CloudEvents string may not, so the value is the prompt's
+	// standard base64 encoding; read it with Prompt.
 	ExtPrompt = "jlprompt"
 	// ExtCount is, on a debounced event, how many events the burst it
 	// stands for held (the data is the latest one's).
 	ExtCount = "jlcount"
 )
-
-// MaxPromptLen bounds a rendered prompt carried in ExtPrompt, in bytes,
-// so that it fits a header even when every byte must be escaped.
-const MaxPromptLen = 2 << 10
 
 // Outcome is what admission decided for one agent.
 type Outcome string
@@ -146,6 +145,11 @@ var ErrBadData = errors.New("admission: event data does not parse")
 // ErrUnknownAgent for an event addressed to no known agent, ErrBadData for
 // data that does not parse, and ErrState when rate-limit state cannot be
 // read or written; the event should then be retried, not dropped.
+//
+// A trigger whose session or prompt cannot be carried by the event (a
+// control character in the session name, say) fails alone: its decision is
+// Failed and the event goes to the dead letter stream for that rule, while
+// every other agent still gets it.
 func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error) {
 	if !a.rules.IsSynced() {
 		return nil, ErrNotReady
@@ -164,7 +168,7 @@ func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error
 	}
 	var out []Decision
 	for _, c := range agents {
-		ds, err := a.decideAgent(ctx, c, vars)
+		ds, err := a.decideAgent(ctx, e, c, vars)
 		if err != nil {
 			return nil, err
 		}
@@ -173,7 +177,7 @@ func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error
 	return out, nil
 }
 
-func (a *Admitter) decideAgent(ctx context.Context, c *policies.Compiled, vars policies.Vars) ([]Decision, error) {
+func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.Compiled, vars policies.Vars) ([]Decision, error) {
 	var out []Decision
 	def := c.Definition
 	fail := func(t *policies.CompiledTrigger, err error) {
@@ -196,7 +200,8 @@ func (a *Admitter) decideAgent(ctx context.Context, c *policies.Compiled, vars p
 			fail(t, err)
 			continue
 		}
-		if _, err := d.Ref(); err != nil {
+		ref, err := d.Ref()
+		if err != nil {
 			fail(t, fmt.Errorf("session %q: %w", d.Session, err))
 			continue
 		}
@@ -204,8 +209,8 @@ func (a *Admitter) decideAgent(ctx context.Context, c *policies.Compiled, vars p
 			fail(t, err)
 			continue
 		}
-		if len(d.Prompt) > MaxPromptLen {
-			fail(t, fmt.Errorf("prompt renders to %d bytes, max %d", len(d.Prompt), MaxPromptLen))
+		if err := a.publishable(e, d, ref); err != nil {
+			fail(t, err)
 			continue
 		}
 		if t.Rate != nil {
@@ -237,6 +242,36 @@ func (a *Admitter) decideAgent(ctx context.Context, c *policies.Compiled, vars p
 	return []Decision{{Agent: def.Name, Outcome: Rejected, Reason: "no trigger matched", Version: def.Version}}, nil
 }
 
+// publishable checks that e stamped for d can be written as a message on
+// its session's subject, so that what cannot be published fails this rule
+// alone rather than the whole delivery.
+func (a *Admitter) publishable(e event.Event, d Decision, ref streams.SessionRef) error {
+	// The data is checked once for the event, by its receiver.
+	bare := e
+	bare.DataEncoded, bare.DataBase64 = nil, false
+	if _, err := events.ToMsg(a.names.In(ref), Stamp(bare, d)); err != nil {
+		return fmt.Errorf("event for session %q cannot be published: %w", d.Session, err)
+	}
+	return nil
+}
+
+// Prompt returns the prompt ExtPrompt carries on e, "" when it has none.
+func Prompt(e event.Event) (string, error) {
+	v, ok := e.Extensions()[ExtPrompt]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("admission: extension %s of event %s is %T, want a base64 string", ExtPrompt, e.ID(), v)
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return "", fmt.Errorf("admission: extension %s of event %s: %w", ExtPrompt, e.ID(), err)
+	}
+	return string(b), nil
+}
+
 // Stamp returns the copy of e that goes to d's session: e with the agent,
 // session, trigger and prompt extensions set.
 func Stamp(e event.Event, d Decision) event.Event {
@@ -248,7 +283,7 @@ func Stamp(e event.Event, d Decision) event.Event {
 	out.SetExtension(ExtPrompt, nil)
 	out.SetExtension(ExtCount, nil)
 	if d.Prompt != "" {
-		out.SetExtension(ExtPrompt, d.Prompt)
+		out.SetExtension(ExtPrompt, base64.StdEncoding.EncodeToString([]byte(d.Prompt)))
 	}
 	return out
 }

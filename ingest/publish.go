@@ -18,6 +18,11 @@ import (
 // a Nats-Msg-Id naming event and subject), adds debounced events to their
 // bursts, and writes the decision records and dead letters, returning
 // once JetStream has acknowledged all of it.
+//
+// It never answers 4xx: admission has checked that every admitted event
+// can be published (a decision that cannot is Failed and dead-lettered),
+// and by now some messages may be stored, so a failure here is ours and
+// the sender should retry.
 func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Names, m *Metrics) Handler {
 	return func(ctx context.Context, d *Delivery) (*Result, error) {
 		e := d.Event
@@ -30,12 +35,12 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 			case admission.Admitted:
 				ref, err := dec.Ref()
 				if err != nil {
-					return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
 				subject := names.In(ref)
 				msg, err := events.ToMsg(subject, admission.Stamp(e, dec))
 				if err != nil {
-					return nil, fmt.Errorf("%w: event %s: %w", ErrBadRequest, e.ID(), err)
+					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
 				msg.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
 				msgs = append(msgs, msg)

@@ -293,6 +293,11 @@ func (s *Server) request(r *http.Request, body []byte) (event.Event, *answer, er
 	if err := e.SetData(event.ApplicationJSON, data); err != nil {
 		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
+	// A session or key that no event can carry (invalid UTF-8, say) is
+	// the sender's fault: refuse it before anything is written.
+	if _, err := events.ToMsg("ingest.check", e); err != nil {
+		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
 	return e, nil, nil
 }
 

@@ -10,8 +10,11 @@ import (
 	"unicode/utf8"
 )
 
-// MaxPromptLen bounds a rendered trigger prompt, in bytes.
-const MaxPromptLen = 64 << 10
+// MaxPromptLen bounds a rendered trigger prompt, in bytes. The prompt
+// travels base64-encoded in one header of the admitted event, and a header
+// value holds at most events.MaxHeaderValueLen (8 KiB) bytes: 6 KiB of
+// prompt encode to exactly that.
+const MaxPromptLen = 6 << 10
 
 // Compiled is a validated definition with every rule compiled. It is
 // immutable and safe for concurrent use.

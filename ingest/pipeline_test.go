@@ -1,0 +1,147 @@
+package ingest_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// startDefs is start with the given definitions; wrap, when not nil,
+// wraps the JetStream the pipeline publishes through (to make publishes
+// fail), while h.js stays the real one.
+func startDefs(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream, yamls ...string) *harness {
+	t.Helper()
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	ctx := context.Background()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pjs := js
+	if wrap != nil {
+		pjs = wrap(js)
+	}
+	rules := admission.NewRules()
+	for _, y := range yamls {
+		c, err := policies.Parse(t.Name()+".yaml", []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules.Set(c)
+	}
+	adm, err := admission.New(ctx, pjs, rules, admission.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := dedupe.New(ctx, js, dedupe.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second}, pjs, store, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	srv.Mount(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return &harness{url: hs.URL, nats: s.ClientURL(), js: js, names: names, srv: s, adm: adm, store: store}
+}
+
+// lastEvent is the newest event on subject of stream.
+func (h *harness) lastEvent(t *testing.T, stream, subject string) (nats.Header, *nats.Msg) {
+	t.Helper()
+	s, err := h.js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		t.Fatalf("nothing on %s: %v", subject, err)
+	}
+	return raw.Header, &nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
+}
+
+const promptedYAML = `name: pr-reviewer
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type == "com.github.pull_request.opened"
+    session: event.data.repository.full_name + "#" + string(event.data.pull_request.number)
+    prompt: |
+      Review this pull request.
+      Title: {{.data.pull_request.title}}
+`
+
+// A prompt written as a YAML block has newlines, which no CloudEvents
+// string attribute may hold: it travels encoded and reads back whole.
+func TestMultilinePromptReachesTheSession(t *testing.T) {
+	h := startDefs(t, nil, promptedYAML)
+	body := fixture(t, "pull_request/opened.payload.json")
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "prompt-1", body), body)
+	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 1 {
+		t.Fatalf("delivery: %d %s", r.status, r.raw)
+	}
+	_, m := h.lastEvent(t, h.names.StreamIn(), h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2"))
+	e, err := events.FromMsg(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := admission.Prompt(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Review this pull request.\nTitle: Update the README with new information.\n"; got != want {
+		t.Fatalf("prompt %q, want %q", got, want)
+	}
+}
+
+const newlineSessionYAML = `name: broken-session
+model: {provider: scripted}
+triggers:
+  - name: t
+    when: event.type == "com.github.pull_request.opened"
+    session: event.data.pull_request.title + "\n"
+`
+
+// A rule whose session cannot be published (a control character) fails
+// alone: the delivery is accepted, the other agent gets the event, and the
+// failing rule's copy goes to the dead letter stream with the reason.
+func TestUnpublishableSessionFailsOnlyItsRule(t *testing.T) {
+	h := startDefs(t, nil, reviewerYAML, newlineSessionYAML)
+	body := fixture(t, "pull_request/opened.payload.json")
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "ctl-1", body), body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("delivery: %d %s", r.status, r.raw)
+	}
+	adm, _ := r.body["admitted"].([]any)
+	if len(adm) != 1 || adm[0].(map[string]any)["agent"] != "pr-reviewer" {
+		t.Fatalf("admitted %v, want pr-reviewer only", r.body["admitted"])
+	}
+	if n := h.inCount(t, h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2")); n != 1 {
+		t.Fatalf("%d messages for pr-reviewer, want 1", n)
+	}
+	dlq, err := h.names.DLQ(admission.DLQReason)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, _ := h.lastEvent(t, h.names.StreamDLQ(), dlq)
+	if hdr.Get(admission.HeaderRule) != "broken-session/t" || !strings.Contains(hdr.Get(admission.HeaderError), "cannot be published") {
+		t.Fatalf("dead letter headers %v", hdr)
+	}
+}
