@@ -139,7 +139,9 @@ var ErrBadData = errors.New("admission: event data does not parse")
 // agent its jlagent extension addresses, and returns one or more decisions
 // per agent: errors of triggers that failed to evaluate, then the agent's
 // outcome. An agent's triggers are tried in order and the first that
-// matches decides; a matching trigger takes a token from its rate limit.
+// matches decides; a matching trigger takes a token from its rate limit,
+// once per event: deciding the same event again (a retry after a failed
+// publish) takes no second token and is admitted again.
 //
 // The error is ErrNotReady before the definitions are loaded,
 // ErrUnknownAgent for an event addressed to no known agent, ErrBadData for
@@ -219,7 +221,7 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 				fail(t, err)
 				continue
 			}
-			ok, err := a.limiter.take(ctx, def.Name, t.Name, key, *t.Rate)
+			ok, err := a.limiter.take(ctx, def.Name, t.Name, key, events.MsgID(e), *t.Rate)
 			if err != nil {
 				return nil, err
 			}

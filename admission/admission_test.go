@@ -172,9 +172,11 @@ func TestRateLimitSharedAcrossProcesses(t *testing.T) {
 	_, js2 := natstest.Connect(t, e.url)
 	a2 := newAdmitter(t, env{js: js2, names: e.names}, now, def)
 	ctx := context.Background()
+	n := 0
 	decide := func(a *admission.Admitter, repo string) admission.Outcome {
 		t.Helper()
-		ds, err := a.Decide(ctx, ghEvent("x", "com.github.push", fmt.Sprintf(`{"repo": %q}`, repo)))
+		n++
+		ds, err := a.Decide(ctx, ghEvent(fmt.Sprint("e", n), "com.github.push", fmt.Sprintf(`{"repo": %q}`, repo)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,10 +28,56 @@ type limiter struct {
 	now   func() time.Time
 }
 
-// bucketState is the stored state of one bucket: the tokens left at At.
+// Bounds of the events a bucket remembers having taken a token.
+const (
+	// takerHorizon is how long a take is remembered: a sender's retry
+	// after a failed publish comes well within it.
+	takerHorizon = 15 * time.Minute
+	// maxTakers bounds the takes remembered, newest kept. It matters
+	// only for buckets that refill fast, whose retries find tokens anyway.
+	maxTakers = 128
+)
+
+// bucketState is the stored state of one bucket: the tokens left at At,
+// and the events that took a token lately, so that a retry of the same
+// event (after a failed publish, or delivered twice at once) takes none.
 type bucketState struct {
 	Tokens float64   `json:"tokens"`
 	At     time.Time `json:"at"`
+	Takers []taker   `json:"takers,omitempty"`
+}
+
+// taker is one event that took a token: its id and when, in Unix seconds.
+type taker struct {
+	ID string `json:"i"`
+	At int64  `json:"t"`
+}
+
+// took reports whether event took a token lately.
+func (s *bucketState) took(event string) bool {
+	for _, t := range s.Takers {
+		if t.ID == event {
+			return true
+		}
+	}
+	return false
+}
+
+// remember records event's take at now, dropping takes past the horizon
+// and the oldest beyond maxTakers.
+func (s *bucketState) remember(event string, now time.Time) {
+	cutoff := now.Add(-takerHorizon).Unix()
+	kept := s.Takers[:0]
+	for _, t := range s.Takers {
+		if t.At >= cutoff {
+			kept = append(kept, t)
+		}
+	}
+	kept = append(kept, taker{ID: event, At: now.Unix()})
+	if n := len(kept) - maxTakers; n > 0 {
+		kept = kept[n:]
+	}
+	s.Takers = kept
 }
 
 // capacity is the bucket size of r: its burst, else one minute's worth.
@@ -42,8 +88,13 @@ func capacity(r policies.Rate) float64 {
 	return math.Max(1, math.Floor(r.PerMinute))
 }
 
-// take takes one token for key and reports whether there was one.
-func (l *limiter) take(ctx context.Context, agent, trigger, key string, r policies.Rate) (bool, error) {
+// take takes one token for key on behalf of event (an id naming the
+// event) and reports whether there was one. The take is idempotent per
+// event: an event that took a token lately is granted again without
+// taking another, so that a retry of a delivery whose publish failed is
+// not refused by its own first attempt, and two concurrent deliveries of
+// one event take one token.
+func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r policies.Rate) (bool, error) {
 	k, err := l.names.RateKey(agent, trigger, key)
 	if err != nil {
 		return false, fmt.Errorf("%w: rate key of %s/%s: %w", ErrState, agent, trigger, err)
@@ -66,8 +117,12 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key string, r polici
 			rev = e.Revision()
 			var old bucketState
 			if json.Unmarshal(e.Value(), &old) == nil {
+				if old.took(event) {
+					return true, nil
+				}
 				elapsed := max(0, now.Sub(old.At).Seconds())
 				st.Tokens = math.Min(cap, old.Tokens+elapsed*perSec)
+				st.Takers = old.Takers
 				if old.At.After(now) {
 					// Another process's clock runs ahead: keep its time
 					// so tokens are not granted twice.
@@ -79,6 +134,7 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key string, r polici
 			return false, nil
 		}
 		st.Tokens--
+		st.remember(event, now)
 		val, _ := json.Marshal(st)
 		if rev == 0 {
 			_, err = l.kv.Create(ctx, k, val, jetstream.KeyTTL(ttl))

@@ -2,9 +2,11 @@ package ingest_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,5 +145,54 @@ func TestUnpublishableSessionFailsOnlyItsRule(t *testing.T) {
 	hdr, _ := h.lastEvent(t, h.names.StreamDLQ(), dlq)
 	if hdr.Get(admission.HeaderRule) != "broken-session/t" || !strings.Contains(hdr.Get(admission.HeaderError), "cannot be published") {
 		t.Fatalf("dead letter headers %v", hdr)
+	}
+}
+
+// failingJS fails the next n async publishes, as a NATS connection that
+// drops in the middle of a delivery would.
+type failingJS struct {
+	jetstream.JetStream
+	n atomic.Int32
+}
+
+func (f *failingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if f.n.Add(-1) >= 0 {
+		return nil, errors.New("injected: connection lost")
+	}
+	return f.JetStream.PublishMsgAsync(m, opts...)
+}
+
+const limitedYAML = `name: pr-reviewer
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type.startsWith("com.github.pull_request.")
+    session: event.data.repository.full_name + "#" + string(event.data.pull_request.number)
+    rate: {key: event.data.repository.full_name, per_minute: 1}
+`
+
+// A delivery whose publish failed took the rate limit's only token; its
+// retry is admitted and published rather than refused by that same token,
+// answered 202 and recorded as handled with nothing published.
+func TestRetryAfterFailedPublishKeepsItsRateToken(t *testing.T) {
+	fj := &failingJS{}
+	h := startDefs(t, func(js jetstream.JetStream) jetstream.JetStream { fj.JetStream = js; return fj }, limitedYAML)
+	fj.n.Store(1)
+	body := fixture(t, "pull_request/opened.payload.json")
+	subject := h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2")
+	if r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "rl-1", body), body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("delivery with a failing publish: %d %s, want 503", r.status, r.raw)
+	}
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "rl-1", body), body)
+	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 1 {
+		t.Fatalf("retry: %d %s, want 202 admitted to pr-reviewer", r.status, r.raw)
+	}
+	if n := h.inCount(t, subject); n != 1 {
+		t.Fatalf("%d messages on %s after the retry, want 1", n, subject)
+	}
+	// The token is spent: another event is limited.
+	r = post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "rl-2", body), body)
+	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 0 {
+		t.Fatalf("another event: %d %s, want 202 admitted to none", r.status, r.raw)
 	}
 }
