@@ -14,11 +14,12 @@ import (
 
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // maxDebounceAttempts bounds compare-and-set retries of one pending
 // debounce message under contention.
-const maxDebounceAttempts = 16
+const maxDebounceAttempts = 24
 
 // Bounds of the wait for a pending burst that is due to fire.
 const (
@@ -68,7 +69,7 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 	subject, target := a.names.Debounce(ref), a.names.In(ref)
 	stamped := Stamp(e, d)
 	guard := min(maxFireGuard, d.Window/2)
-	for range maxDebounceAttempts {
+	for attempt := range maxDebounceAttempts {
 		var last uint64
 		count := 1
 		raw, err := a.in.GetLastMsgForSubject(ctx, subject)
@@ -114,8 +115,11 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 			}
 			return count, nil
 		}
-		if !isConflict(err) {
+		if !streams.IsConflict(err) {
 			return 0, fmt.Errorf("admission: debounce publish on %s: %w", subject, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return 0, err
 		}
 	}
 	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)

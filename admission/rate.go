@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,7 +17,7 @@ import (
 
 // maxRateAttempts bounds compare-and-set retries of one token bucket under
 // contention.
-const maxRateAttempts = 16
+const maxRateAttempts = 24
 
 // limiter is a token bucket per (agent, trigger, key) whose state lives in
 // KV, so every ingest process draws from the same bucket. Each take is a
@@ -104,7 +105,7 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r
 	// The key outlives a full refill by a margin, then expires: an idle
 	// key costs nothing.
 	ttl := time.Duration(cap/perSec*float64(time.Second)) + time.Minute
-	for range maxRateAttempts {
+	for attempt := range maxRateAttempts {
 		now := l.now()
 		st := bucketState{Tokens: cap, At: now}
 		var rev uint64
@@ -144,16 +145,28 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r
 		if err == nil {
 			return true, nil
 		}
-		if !isConflict(err) {
+		if !streams.IsConflict(err) {
 			return false, fmt.Errorf("%w: write rate bucket %s: %w", ErrState, k, err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return false, err
 		}
 	}
 	return false, fmt.Errorf("%w: rate bucket for %s/%s key %q: too much contention", ErrState, agent, trigger, key)
 }
 
-// isConflict reports a compare-and-set that lost to another writer.
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+// backoff waits before compare-and-set attempt+1 after a lost race: a
+// short, growing and jittered delay, so that writers that collided do not
+// collide again in lockstep.
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Millisecond << min(attempt, 6)
+	d = d/2 + rand.N(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("admission: retry after a conflicting write: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -114,12 +115,18 @@ func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint6
 		if err == nil {
 			return v, nil
 		}
-		// Another writer got in between: read again and decide again.
-		var apiErr *jetstream.APIError
-		conflict := errors.Is(err, jetstream.ErrKeyExists) ||
-			errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-		if !conflict || attempt >= 5 {
+		// Another writer got in between: read again and decide again,
+		// after a short jittered pause so that the writers part.
+		if !streams.IsConflict(err) || attempt >= 9 {
 			return 0, fmt.Errorf("policies: put %s: %w", d.Name, err)
+		}
+		pause := time.Millisecond << attempt
+		t := time.NewTimer(pause/2 + rand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("policies: put %s: %w", d.Name, ctx.Err())
+		case <-t.C:
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +164,41 @@ triggers:
 `))
 	fmt.Println(c == nil, err)
 	// Output: true bad.yaml:5:91: triggers[0].when: CEL: Syntax error: token recognition error at: '= ' (and 1 more)
+}
+
+// Concurrent applies of one agent on a replicated bucket, where a stale
+// revision reports error code 10164, each store a version.
+func TestPutUnderContentionOnReplicatedBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 3-node cluster")
+	}
+	c := natstest.RunCluster(t, 3)
+	c.WaitReady()
+	nc, err := c.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := streams.Provision(ctx, js, streams.Options{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := policies.NewStore(ctx, js, streams.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			if _, err := st.Put(ctx, def("a", fmt.Sprintf("event.id == %q", fmt.Sprint(i)))); err != nil {
+				t.Errorf("put %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
 }
