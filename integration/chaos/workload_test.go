@@ -41,6 +41,7 @@ type sent struct {
 	ok             bool   // answered 2xx
 	seq            uint64 // control: its sequence in JL_CTL
 	attempts       int
+	at             time.Time // when it was first sent
 }
 
 // ref is a session.
@@ -223,9 +224,11 @@ func (w *workload) control(ctx context.Context) {
 	w.mu.Lock()
 	var d *sent
 	if w.rng.Float64() < 0.05 && len(w.sent) > 0 {
+		// A control message is deduplicated by JL_CTL's window alone
+		// (streams.DefaultDedupeWindow): repeat only recent ones.
 		for range 10 {
 			prev := w.sent[w.rng.IntN(len(w.sent))]
-			if prev.kind == sendControl && !prev.repeat && prev.verb == "steer" {
+			if prev.kind == sendControl && !prev.repeat && prev.verb == "steer" && time.Since(prev.at) < streams.DefaultDedupeWindow/2 {
 				d = &sent{kind: sendControl, id: prev.id, agent: prev.agent, session: prev.session, verb: prev.verb, body: prev.body, repeat: true}
 				break
 			}
@@ -336,6 +339,9 @@ const maxAttempts = 20
 // answers 2xx, a 4xx says the request itself is wrong, or the attempts run
 // out. Every answer is recorded on d.
 func (w *workload) deliver(ctx context.Context, d *sent, path string, h http.Header) {
+	w.mu.Lock()
+	d.at = time.Now()
+	w.mu.Unlock()
 	start := w.intn(len(w.ingests))
 	backoff := 100 * time.Millisecond
 	for attempt := range maxAttempts {
