@@ -43,6 +43,7 @@ func commands() []command {
 	cs = append(cs, ingestCommands()...)
 	cs = append(cs, workerCommands()...)
 	cs = append(cs, controlCommands()...)
+	cs = append(cs, benchCommands()...)
 	return append(cs, cronCommands()...)
 }
 

@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/natsd"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Syncs are the JetStream sync_interval settings a run compares.
+const (
+	// SyncDefault is the server's own interval, two minutes: writes are
+	// acknowledged once they reach the operating system.
+	SyncDefault = "2m"
+	// SyncAlways fsyncs every write before acknowledging it.
+	SyncAlways = natsd.SyncAlways
+)
+
+// Measurements, by name.
+const (
+	Ingest   = "ingest"
+	Step     = "step"
+	Control  = "control"
+	Recovery = "recovery"
+	Idle     = "idle"
+)
+
+// All lists every measurement, in the order they run.
+func All() []string { return []string{Ingest, Step, Control, Recovery, Idle} }
+
+// Defaults of Config.
+const (
+	DefaultEvents      = 2000
+	DefaultConcurrency = 16
+	DefaultSteps       = 500
+	DefaultControl     = 200
+	DefaultRecoveries  = 3
+	DefaultSessions    = 10_000
+	DefaultLeaseTTL    = 5 * time.Second
+)
+
+// Config configures a run. The zero value runs every measurement with the
+// defaults, except Recovery, which needs Executable.
+type Config struct {
+	// Only lists the measurements to run; empty: All.
+	Only []string
+	// Syncs are the sync_interval settings to run each measurement with;
+	// empty: SyncDefault and SyncAlways.
+	Syncs []string
+	// Events is the number of webhooks of the ingest measurement, sent by
+	// Concurrency clients.
+	Events, Concurrency int
+	// Steps is the number of durable steps of the step measurement.
+	Steps int
+	// Control is the number of each control message measured.
+	Control int
+	// Recoveries is the number of kill -9s of the recovery measurement.
+	Recoveries int
+	// Sessions is the number of idle sessions of the idle measurement.
+	Sessions int
+	// Executable is the jetloop binary the recovery measurement runs
+	// worker processes of (`jetloop worker`); empty skips it.
+	Executable string
+	// LeaseTTL is the workers' lease TTL and ack wait in the recovery
+	// measurement, which bound how soon a standby takes over.
+	LeaseTTL time.Duration
+	// Dir is where the servers' stores go; default a temporary folder,
+	// removed afterwards.
+	Dir string
+	// Log receives progress.
+	Log *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Only) == 0 {
+		c.Only = All()
+	}
+	if len(c.Syncs) == 0 {
+		c.Syncs = []string{SyncDefault, SyncAlways}
+	}
+	if c.Events == 0 {
+		c.Events = DefaultEvents
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Steps == 0 {
+		c.Steps = DefaultSteps
+	}
+	if c.Control == 0 {
+		c.Control = DefaultControl
+	}
+	if c.Recoveries == 0 {
+		c.Recoveries = DefaultRecoveries
+	}
+	if c.Sessions == 0 {
+		c.Sessions = DefaultSessions
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a config that cannot run.
+func (c Config) Validate() error {
+	for _, m := range c.Only {
+		if !slices.Contains(All(), m) {
+			return fmt.Errorf("bench: unknown measurement %q (have %v)", m, All())
+		}
+	}
+	for _, s := range c.Syncs {
+		if s != SyncAlways {
+			if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+				return fmt.Errorf("bench: sync %q: want %q or a duration such as 2m", s, SyncAlways)
+			}
+		}
+	}
+	if c.Events < 0 || c.Concurrency < 0 || c.Steps < 0 || c.Control < 0 || c.Recoveries < 0 || c.Sessions < 0 {
+		return errors.New("bench: negative count in config")
+	}
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < time.Second) {
+		return fmt.Errorf("bench: lease TTL %s: want at least 1s", c.LeaseTTL)
+	}
+	return nil
+}
+
+// Result is one measurement under one sync setting: named figures, and a
+// note when it was skipped or failed.
+type Result struct {
+	Name    string             `json:"name"`
+	Sync    string             `json:"sync"`
+	Figures map[string]float64 `json:"figures"`
+	Note    string             `json:"note,omitempty"`
+	Elapsed time.Duration      `json:"elapsed_ns"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Config  Config   `json:"-"`
+	Results []Result `json:"results"`
+}
+
+// Get returns the result of name under sync.
+func (r Report) Get(name, sync string) (Result, bool) {
+	for _, res := range r.Results {
+		if res.Name == name && res.Sync == sync {
+			return res, true
+		}
+	}
+	return Result{}, false
+}
+
+// Run runs the measurements, each against a fresh server per sync setting,
+// and returns their results; a measurement that fails is reported with
+// its error as its note, and the run goes on.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "jetloop-bench-")
+		if err != nil {
+			return Report{}, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		cfg.Dir = dir
+	}
+	rep := Report{Config: cfg}
+	fns := map[string]func(context.Context, *env) (map[string]float64, error){
+		Ingest: benchIngest, Step: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
+	}
+	for _, name := range All() {
+		if !slices.Contains(cfg.Only, name) {
+			continue
+		}
+		for _, sync := range cfg.Syncs {
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			cfg.Log.Info("measuring", "measurement", name, "sync", sync)
+			start := time.Now()
+			res := Result{Name: name, Sync: sync}
+			figs, err := func() (map[string]float64, error) {
+				e, err := startEnv(ctx, cfg, filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d", name, len(rep.Results))), sync)
+				if err != nil {
+					return nil, err
+				}
+				defer e.close()
+				return fns[name](ctx, e)
+			}()
+			res.Figures, res.Elapsed = figs, time.Since(start)
+			if errors.Is(err, errSkipped) {
+				res.Note = err.Error()
+			} else if err != nil {
+				res.Note = "failed: " + err.Error()
+				cfg.Log.Warn("measurement failed", "measurement", name, "sync", sync, "err", err)
+			}
+			rep.Results = append(rep.Results, res)
+		}
+	}
+	return rep, nil
+}
+
+// errSkipped marks a measurement that could not run here.
+var errSkipped = errors.New("skipped")
+
+// env is one embedded server with jetloop's streams provisioned.
+type env struct {
+	cfg   Config
+	dir   string
+	srv   *natsd.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names streams.Names
+}
+
+func startEnv(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
+	srv, err := natsd.Start(natsd.Config{Dir: filepath.Join(dir, "nats"), Name: "bench", Sync: sync})
+	if err != nil {
+		return nil, fmt.Errorf("bench: start server: %w", err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name("jetloop bench"))
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	e := &env{cfg: cfg, dir: dir, srv: srv, nc: nc, names: streams.Default()}
+	if e.js, err = jetstream.New(nc); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := streams.Provision(pctx, e.js, streams.Options{Names: e.names}); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: provision: %w", err)
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	e.nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = e.srv.Shutdown(ctx)
+}
+
+// percentile returns the q-quantile of ds (sorted in place), in
+// milliseconds.
+func percentile(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := min(len(ds)-1, int(q*float64(len(ds))))
+	return float64(ds[i].Nanoseconds()) / 1e6
+}

@@ -1,0 +1,27 @@
+// Package bench measures jetloop against the raw JetStream operations it
+// stands on, in one run, and is what `jetloop bench` prints:
+//
+//   - ingest: signed GitHub webhooks through the HTTP receiver, dedupe,
+//     admission and publish, against the operations each needs at least
+//     (a jl_dedupe create and a publish of the same size), at the same
+//     concurrency;
+//   - step: durable steps of one session (a scripted model calling a
+//     no-op tool) against their raw operations (per step a KV
+//     compare-and-set for the intent and an atomic batch of the same size
+//     for the settlement);
+//   - control: publish to effect of a steer (seen by the next model call)
+//     and of a cancel (a sleeping shell stopped, the session cancelled),
+//     against a raw publish to consume on JL_CTL, as p50 and p99;
+//   - recovery: from kill -9 of a worker process in the middle of a step
+//     to the session done on a standby worker process;
+//   - idle: the heap a worker holds for 10,000 sessions at rest.
+//
+// Each runs against an embedded single-node server in a temporary folder,
+// once per JetStream sync_interval asked for (the server's default of two
+// minutes, and "always", which fsyncs every write before acknowledging
+// it). Figures are ratios and percentiles of one run on one machine: they
+// compare, they do not promise.
+//
+// The package owns the measurements and their report; the command line
+// that runs them is cli's. It does not assert anything: tests do that.
+package bench

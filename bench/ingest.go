@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// ingestSecret signs the measured webhooks.
+const ingestSecret = "jetloop-bench"
+
+// reviewer is the agent the webhooks are admitted to, a session per PR.
+var reviewer = policies.Definition{
+	Name:  "reviewer",
+	Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{{Text: "LGTM."}}},
+	Triggers: []policies.Trigger{{
+		Name:    "pr",
+		When:    `event.type == "com.github.pull_request.opened" && !event.data.pull_request.draft`,
+		Session: `event.data.repository.full_name + "#" + string(event.data.pull_request.number)`,
+	}},
+}
+
+// prBody is a pull_request.opened payload of about the size GitHub sends
+// (their bodies run 10 to 30 KB): the fields the agent reads, and a
+// description that makes up the rest.
+func prBody(n int) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"action": "opened", "number": n,
+		"pull_request": map[string]any{"number": n, "draft": false, "title": "Bench", "body": strings.Repeat("A pull request description. ", 450)},
+		"repository":   map[string]any{"full_name": "bench/repo"},
+	})
+	return b
+}
+
+// benchIngest posts Events signed webhooks through the ingest's HTTP
+// handler on a loopback listener, Concurrency at a time, then does the raw
+// operations each needs at least at the same concurrency, and compares.
+func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
+	c, err := policies.Compile(reviewer)
+	if err != nil {
+		return nil, err
+	}
+	rules := admission.NewRules()
+	rules.Set(c)
+	adm, err := admission.New(ctx, e.js, rules, admission.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+	store, err := dedupe.New(ctx, e.js, dedupe.Config{Names: e.names})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := ingest.New(ingest.Config{Names: e.names, GitHubSecret: []byte(ingestSecret)}, e.js, store, adm)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	srv.Mount(mux)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = hs.Serve(l) })
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		wg.Wait()
+	}()
+	url := "http://" + l.Addr().String() + "/webhooks/github"
+	n, conc := e.cfg.Events, e.cfg.Concurrency
+	body := prBody(1)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}, Timeout: 30 * time.Second}
+
+	kv, err := e.js.KeyValue(ctx, e.names.BucketDedupe())
+	if err != nil {
+		return nil, err
+	}
+	raw, err := parallel(ctx, n, conc, func(ctx context.Context, i int) error {
+		if _, err := kv.Create(ctx, e.names.DedupeKey("https://github.com/bench/raw", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
+			return err
+		}
+		ref, err := streams.NewSessionRef("raw", fmt.Sprintf("bench/repo#%d", i))
+		if err != nil {
+			return err
+		}
+		m := nats.NewMsg(e.names.In(ref))
+		m.Data = body
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprint("raw-", i))
+		_, err = e.js.PublishMsg(ctx, m)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raw operations: %w", err)
+	}
+	via, err := parallel(ctx, n, conc, func(ctx context.Context, i int) error {
+		body := prBody(i)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set(ingest.HeaderGitHubEvent, "pull_request")
+		req.Header.Set(ingest.HeaderGitHubDelivery, fmt.Sprintf("bench-%d", i))
+		req.Header.Set(ingest.HeaderGitHubSignature, ingest.Sign([]byte(ingestSecret), body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("webhook %d answered %d", i, resp.StatusCode)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: %w", err)
+	}
+	rawRate, ingestRate := float64(n)/raw.Seconds(), float64(n)/via.Seconds()
+	return map[string]float64{
+		"events/s":     ingestRate,
+		"raw-events/s": rawRate,
+		"ratio":        ingestRate / rawRate,
+		"body-bytes":   float64(len(body)),
+	}, nil
+}
+
+// parallel calls op for 1..n from conc goroutines and returns how long it
+// took; the first error stops it.
+func parallel(ctx context.Context, n, conc int, op func(ctx context.Context, i int) error) (time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1))
+				if i > n || ctx.Err() != nil {
+					return
+				}
+				if err := op(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return 0, first
+	}
+	return elapsed, ctx.Err()
+}

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one line of the printed report: a label and how to render a
+// result's figures.
+type row struct {
+	name   string // measurement
+	label  string
+	render func(f map[string]float64) string
+}
+
+var rows = []row{
+	{Ingest, "ingest: webhooks/s, raw JetStream ops/s", func(f map[string]float64) string {
+		return fmt.Sprintf("%.0f vs %.0f", f["events/s"], f["raw-events/s"])
+	}},
+	{Ingest, "ingest: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
+	{Step, "step: durable steps/s, raw ops/s", func(f map[string]float64) string {
+		return fmt.Sprintf("%.0f vs %.0f", f["steps/s"], f["raw-steps/s"])
+	}},
+	{Step, "step: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
+	{Step, "step: raw step p50 / p99", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["raw-step-p50-ms"]), ms(f["raw-step-p99-ms"]))
+	}},
+	{Control, "control: raw publish→consume p50 / p99", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["raw-p50-ms"]), ms(f["raw-p99-ms"]))
+	}},
+	{Control, "control: steer publish→next model call p50 / p99", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["steer-p50-ms"]), ms(f["steer-p99-ms"]))
+	}},
+	{Control, "control: cancel publish→tool stopped p50 / p99", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["cancel-tool-p50-ms"]), ms(f["cancel-tool-p99-ms"]))
+	}},
+	{Control, "control: cancel publish→cancelled p50 / p99", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["cancel-final-p50-ms"]), ms(f["cancel-final-p99-ms"]))
+	}},
+	{Control, "control: ratio to raw, p50 (steer, cancel-tool)", func(f map[string]float64) string {
+		if f["raw-p50-ms"] == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f, %.1f", f["steer-p50-ms"]/f["raw-p50-ms"], f["cancel-tool-p50-ms"]/f["raw-p50-ms"])
+	}},
+	{Recovery, "recovery: kill -9 of a worker→session done p50 / max", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["recovery-p50-ms"]), ms(f["recovery-max-ms"]))
+	}},
+	{Idle, "idle: heap held for the idle sessions", func(f map[string]float64) string {
+		return fmt.Sprintf("%.1f MB (%.0f B each, %.0f goroutines)", f["held-MB"], f["held-bytes/session"], f["goroutines-held"])
+	}},
+}
+
+// ms renders milliseconds.
+func ms(v float64) string {
+	switch {
+	case v >= 1000:
+		return fmt.Sprintf("%.2f s", v/1000)
+	case v >= 10:
+		return fmt.Sprintf("%.0f ms", v)
+	default:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+}
+
+// syncLabel names a sync setting in the report's header.
+func syncLabel(s string) string {
+	if s == SyncDefault {
+		return "sync_interval " + s + " (default)"
+	}
+	return "sync_interval " + s
+}
+
+// Write prints the report as a table: a row per figure, a column per sync
+// setting, then what each measurement ran and any notes.
+func (r Report) Write(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	header := []string{""}
+	for _, s := range r.Config.Syncs {
+		header = append(header, syncLabel(s))
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, rw := range rows {
+		cells := []string{rw.label}
+		shown := false
+		for _, s := range r.Config.Syncs {
+			res, ok := r.Get(rw.name, s)
+			switch {
+			case !ok:
+				cells = append(cells, "")
+			case res.Note != "" || res.Figures == nil:
+				cells = append(cells, "-")
+				shown = true
+			default:
+				cells = append(cells, rw.render(res.Figures))
+				shown = true
+			}
+		}
+		if shown {
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	c := r.Config
+	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time; raw: a jl_dedupe create and a publish each.\n", c.Events, sizeOf(r), c.Concurrency)
+	fmt.Fprintf(w, "step: %d steps of one session (scripted model, no-op tool); raw: a KV compare-and-set and an atomic batch each.\n", c.Steps)
+	fmt.Fprintf(w, "control: %d of each, publish waiting for the JL_CTL ack; raw: delivery to an ordered consumer.\n", c.Control)
+	fmt.Fprintf(w, "recovery: %d rounds of kill -9 of the `jetloop worker` running a shell step, with a standby worker; lease TTL and ack wait %s.\n", c.Recoveries, c.LeaseTTL)
+	fmt.Fprintf(w, "idle: %d sessions run once, then at rest; heap of the worker running less after it stopped.\n", c.Sessions)
+	for _, res := range r.Results {
+		if res.Note != "" {
+			fmt.Fprintf(w, "%s (%s): %s\n", res.Name, syncLabel(res.Sync), res.Note)
+		}
+	}
+	var total time.Duration
+	for _, res := range r.Results {
+		total += res.Elapsed
+	}
+	_, err := fmt.Fprintf(w, "measured in %s\n", total.Round(time.Second))
+	return err
+}
+
+// sizeOf names the webhook body size of the run.
+func sizeOf(r Report) string {
+	for _, res := range r.Results {
+		if b := res.Figures["body-bytes"]; b > 0 {
+			return fmt.Sprintf("%.0f KB", b/1024)
+		}
+	}
+	return "about 12 KB"
+}
