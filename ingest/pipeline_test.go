@@ -148,15 +148,17 @@ func TestUnpublishableSessionFailsOnlyItsRule(t *testing.T) {
 	}
 }
 
-// failingJS fails the next n async publishes, as a NATS connection that
-// drops in the middle of a delivery would.
+// failingJS fails the next n async publishes (on subject only, when it
+// is set), as a NATS connection that drops in the middle of a delivery
+// would.
 type failingJS struct {
 	jetstream.JetStream
-	n atomic.Int32
+	subject string
+	n       atomic.Int32
 }
 
 func (f *failingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if f.n.Add(-1) >= 0 {
+	if (f.subject == "" || m.Subject == f.subject) && f.n.Add(-1) >= 0 {
 		return nil, errors.New("injected: connection lost")
 	}
 	return f.JetStream.PublishMsgAsync(m, opts...)
@@ -194,5 +196,72 @@ func TestRetryAfterFailedPublishKeepsItsRateToken(t *testing.T) {
 	r = post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "rl-2", body), body)
 	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 0 {
 		t.Fatalf("another event: %d %s, want 202 admitted to none", r.status, r.raw)
+	}
+}
+
+const watcherYAML = `name: watcher
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type == "com.github.pull_request.opened"
+    session: "'all'"
+`
+
+const debouncedYAML = `name: digest
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type == "com.github.pull_request.opened"
+    session: "'all'"
+    debounce: {window: 1s}
+`
+
+// A failure in the middle of the pipeline: the event was published to
+// one agent's session and added to another's burst, then the publish to a
+// third failed (503). The retry completes the delivery, and each session
+// gets the event once: the publish that went through is dropped by its
+// Nats-Msg-Id, the burst does not count it twice and fires once.
+func TestRetryAfterPartialPublishDeliversOnceToEach(t *testing.T) {
+	fj := &failingJS{}
+	h := startDefs(t, func(js jetstream.JetStream) jetstream.JetStream { fj.JetStream = js; return fj }, reviewerYAML, watcherYAML, debouncedYAML)
+	reviewer := h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2")
+	watcher := h.subject(t, "watcher", "all")
+	digest := h.subject(t, "digest", "all")
+	fj.subject = watcher
+	fj.n.Store(1)
+	ctx := context.Background()
+	fired, err := h.js.OrderedConsumer(ctx, h.names.StreamIn(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{digest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fixture(t, "pull_request/opened.payload.json")
+	if r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "part-1", body), body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("delivery with a failing publish: %d %s, want 503", r.status, r.raw)
+	}
+	if _, seen, _ := h.store.Seen(ctx, "https://github.com/Codertocat/Hello-World", "part-1"); seen {
+		t.Fatal("a delivery answered 503 was recorded as handled")
+	}
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "part-1", body), body)
+	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 3 {
+		t.Fatalf("retry: %d %s, want 202 admitted to three sessions", r.status, r.raw)
+	}
+	for _, subject := range []string{reviewer, watcher} {
+		if n := h.inCount(t, subject); n != 1 {
+			t.Errorf("%d messages on %s, want 1", n, subject)
+		}
+	}
+	m, err := fired.Next(jetstream.FetchMaxWait(15 * time.Second))
+	if err != nil {
+		t.Fatalf("the burst never fired: %v", err)
+	}
+	e, err := events.FromMsg(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ID() != "part-1" || e.Extensions()[admission.ExtCount] != "1" {
+		t.Fatalf("fired event %s with count %v, want part-1 counted once", e.ID(), e.Extensions()[admission.ExtCount])
+	}
+	if r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "part-1", body), body); r.status != http.StatusAccepted || r.body["duplicate"] != true {
+		t.Fatalf("redelivery after the retry: %d %s, want a duplicate", r.status, r.raw)
 	}
 }

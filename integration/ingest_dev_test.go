@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -147,9 +148,11 @@ func TestIngestUnderDev(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The error names the file and the line of the broken expression.
+	line := 1 + strings.Count(broken[:strings.Index(broken, "session: event.data.repository.full_name +")], "\n")
 	_, stderr, err := runCLI(t, bin, env, "apply", bad)
-	if exitCode(err) != 1 || !strings.Contains(stderr, bad+":") || !strings.Contains(stderr, "triggers[0].session") {
-		t.Fatalf("apply of a bad definition: exit %v, stderr %q", err, stderr)
+	if want := fmt.Sprintf("%s:%d:", bad, line); exitCode(err) != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "triggers[0].session") {
+		t.Fatalf("apply of a bad definition: exit %v, stderr %q, want %q and the field", err, stderr, want)
 	}
 	agents, _, err := runCLI(t, bin, env, "agents", "--json")
 	if err != nil || !strings.Contains(agents, `"source": "examples/pr-reviewer.yaml"`) {
