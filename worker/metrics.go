@@ -20,6 +20,8 @@ type Metrics struct {
 	controls       *prometheus.CounterVec
 	controlSeconds *prometheus.HistogramVec
 	approvals      prometheus.Counter
+
+	writeRetries *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors; Register adds them to a
@@ -68,13 +70,17 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "approvals_requested_total",
 			Help: "Tool calls an approval gate stopped before they ran.",
 		}),
+		writeRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "write_retries_total",
+			Help: "State writes (intents and settlements) made again after a passing failure, by reason (batch_incomplete, batches_in_flight, unavailable, no_responders, timeout, reconnecting, fenced after an unknown outcome).",
+		}, []string{"reason"}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals} {
+	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

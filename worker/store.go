@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -39,7 +41,21 @@ const (
 const (
 	errCodeWrongLastSeq         = 10071
 	errCodeWrongLastSeqConstant = 10164 // replicated streams report CAS conflicts so
-	errCodeAtomicTooManyFlight  = 10210
+	// errCodeAtomicIncomplete: the server dropped the batch before its
+	// commit: a message lost on a reconnect, or the first message refused
+	// while too many batches were in flight (a message that is not a
+	// request is refused silently, so the commit learns it this way).
+	errCodeAtomicIncomplete    = 10176
+	errCodeAtomicTooManyFlight = 10210
+)
+
+// Retries of a state write.
+const (
+	// writeAttemptTimeout bounds one attempt of a write.
+	writeAttemptTimeout = 5 * time.Second
+	// writeRetryFirst and writeRetryMax bound the pause between attempts.
+	writeRetryFirst = 20 * time.Millisecond
+	writeRetryMax   = time.Second
 )
 
 // store reads and writes sessions in jl_sessions.
@@ -49,6 +65,12 @@ type store struct {
 	names  streams.Names
 	kv     jetstream.KeyValue
 	bucket string
+	// publish publishes one atomic batch (publishBatch; tests replace it
+	// to lose an answer).
+	publish func(ctx context.Context, msgs []*nats.Msg) (uint64, error)
+	// retried, if set, hears every write attempt that failed for a
+	// passing reason and is made again.
+	retried func(ref streams.SessionRef, why string, err error)
 }
 
 func newStore(ctx context.Context, js jetstream.JetStream, names streams.Names) (*store, error) {
@@ -56,7 +78,9 @@ func newStore(ctx context.Context, js jetstream.JetStream, names streams.Names) 
 	if err != nil {
 		return nil, fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
 	}
-	return &store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}, nil
+	s := &store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}
+	s.publish = s.publishBatch
+	return s, nil
 }
 
 // load returns a session's state and its revision, ErrNotFound when the
@@ -92,23 +116,28 @@ func (s *store) create(ctx context.Context, ref streams.SessionRef, st State) (u
 	return rev, nil
 }
 
-// update writes st if the state is still at revision rev.
-func (s *store) update(ctx context.Context, ref streams.SessionRef, st State, rev uint64) (uint64, error) {
+// encodeState returns the stored form of st.
+func encodeState(ref streams.SessionRef, st State) ([]byte, error) {
 	b, err := json.Marshal(st)
 	if err != nil {
-		return 0, fmt.Errorf("worker: encode state of %s: %w", ref, err)
+		return nil, fmt.Errorf("worker: encode state of %s: %w", ref, err)
 	}
 	if len(b) > MaxEntryBytes*3 {
-		return 0, fmt.Errorf("worker: state of %s is %d bytes: too large", ref, len(b))
+		return nil, fmt.Errorf("worker: state of %s is %d bytes: too large", ref, len(b))
 	}
-	nrev, err := s.kv.Update(ctx, s.names.StateKey(ref), b, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err) {
-		return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, ErrFenced)
-	}
+	return b, nil
+}
+
+// update writes st if the state is still at revision rev.
+func (s *store) update(ctx context.Context, ref streams.SessionRef, st State, rev uint64) (uint64, error) {
+	b, err := encodeState(ref, st)
 	if err != nil {
-		return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, err)
+		return 0, err
 	}
-	return nrev, nil
+	key := s.names.StateKey(ref)
+	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
+		return s.kv.Update(actx, key, b, rev)
+	})
 }
 
 // settle writes entries and the next state as one atomic batch,
@@ -133,37 +162,120 @@ func (s *store) settle(ctx context.Context, ref streams.SessionRef, entries []En
 		}
 		msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
 	}
-	b, err := json.Marshal(st)
+	b, err := encodeState(ref, st)
 	if err != nil {
-		return 0, fmt.Errorf("worker: encode state of %s: %w", ref, err)
+		return 0, err
 	}
 	m := &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.StateKey(ref)), Header: nats.Header{}, Data: b}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	msgs = append(msgs, m)
+	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
+		return s.publish(actx, msgs)
+	})
+}
 
-	var lastErr error
-	for attempt := range 5 {
-		nrev, err := s.publishBatch(ctx, msgs)
+// write makes a conditional write of the state (b over revision rev,
+// with whatever attempt publishes beside it) until it lands, is fenced,
+// or ctx ends: the session's step context, which ends when the lease is
+// lost. A write that failed for a passing reason (the server dropped the
+// batch, too many batches in flight, a leader change, a lost answer) is
+// made again, so the effect a settlement records is never thrown away
+// for it. After an attempt whose outcome is unknown (no answer), the
+// state is read back: if it holds b, that attempt landed.
+func (s *store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64, attempt func(context.Context) (uint64, error)) (uint64, error) {
+	uncertain := false
+	delay := writeRetryFirst
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		nrev, err := attempt(actx)
+		cancel()
 		if err == nil {
 			return nrev, nil
 		}
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeAtomicTooManyFlight {
-			if isWrongLastSeq(err) {
-				return 0, fmt.Errorf("worker: settle %s at revision %d: %w", ref, rev, ErrFenced)
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w (last attempt: %v)", ref, rev, context.Cause(ctx), err)
+		}
+		why, retry, unknown := classifyWrite(err)
+		if why == "fenced" || unknown {
+			uncertain = uncertain || unknown
+			if uncertain {
+				// An earlier attempt may have landed: the state says.
+				lrev, landed, lerr := s.landed(ctx, ref, b, rev)
+				switch {
+				case lerr != nil:
+					err = lerr
+				case landed:
+					return lrev, nil
+				case lrev != rev:
+					return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, ErrFenced)
+				}
+			} else {
+				return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, ErrFenced)
 			}
-			return 0, fmt.Errorf("worker: settle %s at revision %d: %w", ref, rev, err)
 		}
-		lastErr = err
-		t := time.NewTimer(time.Duration(attempt+1) * 20 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
+		if !retry && why != "fenced" {
+			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, err)
 		}
+		if s.retried != nil {
+			s.retried(ref, why, err)
+		}
+		if err := sleep(ctx, jitter(delay)); err != nil {
+			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w (after %d attempts, last: %v)", ref, rev, context.Cause(ctx), n, err)
+		}
+		delay = min(2*delay, writeRetryMax)
 	}
-	return 0, fmt.Errorf("worker: settle %s: %w", ref, lastErr)
+}
+
+// landed reads the state back after an attempt whose outcome is unknown:
+// it reports whether the state holds b (and its revision), or the
+// revision it is at.
+func (s *store) landed(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64) (uint64, bool, error) {
+	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+	defer cancel()
+	e, err := s.kv.Get(gctx, s.names.StateKey(ref))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return rev, false, fmt.Errorf("read back state of %s: %w", ref, err)
+	}
+	if bytes.Equal(e.Value(), b) {
+		return e.Revision(), true, nil
+	}
+	return e.Revision(), false, nil
+}
+
+// classifyWrite says why a write attempt failed: fenced (the revision
+// moved on), a passing reason to try again (retry), and whether the
+// attempt may nevertheless have landed (unknown: no answer came).
+func classifyWrite(err error) (why string, retry, unknown bool) {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSeq(err):
+		return "fenced", false, false
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicIncomplete:
+		return "batch_incomplete", true, false
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeAtomicTooManyFlight:
+		return "batches_in_flight", true, false
+	case errors.As(err, &apiErr) && apiErr.Code == 503:
+		return "unavailable", true, false
+	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse):
+		return "no_responders", true, false
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return "timeout", true, true
+	case errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
+		return "reconnecting", true, true
+	}
+	return "", false, false
+}
+
+// jitter spreads d by up to a quarter either way.
+func jitter(d time.Duration) time.Duration {
+	q := int64(d) / 4
+	if q <= 0 {
+		return d
+	}
+	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
 }
 
 // writeEntries writes transcript entries without a state, in atomic
@@ -185,8 +297,23 @@ func (s *store) writeEntries(ctx context.Context, ref streams.SessionRef, entrie
 			}
 			msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
 		}
-		if _, err := s.publishBatch(ctx, msgs); err != nil {
-			return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+		// Entries without a state may be written twice: every passing
+		// failure is simply tried again.
+		delay := writeRetryFirst
+		for {
+			actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+			_, err := s.publish(actx, msgs)
+			cancel()
+			if err == nil {
+				break
+			}
+			if _, retry, _ := classifyWrite(err); !retry || ctx.Err() != nil {
+				return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+			}
+			if err := sleep(ctx, jitter(delay)); err != nil {
+				return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+			}
+			delay = min(2*delay, writeRetryMax)
 		}
 	}
 	return nil
@@ -218,7 +345,7 @@ func (s *store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, err
 	last.Header.Set(hdrBatchCommit, "1")
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, writeAttemptTimeout)
 		defer cancel()
 	}
 	resp, err := s.nc.RequestMsgWithContext(ctx, last)

@@ -63,6 +63,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if w.store, err = newStore(ctx, js, cfg.Names); err != nil {
 		return nil, err
 	}
+	w.store.retried = func(ref streams.SessionRef, why string, err error) {
+		w.m.writeRetries.WithLabelValues(why).Inc()
+		w.log.Warn("state write failed for a passing reason; trying again", "agent", ref.Agent, "session", ref.Session, "why", why, "err", err)
+	}
 	lkv, err := js.KeyValue(ctx, cfg.Names.BucketLeases())
 	if err != nil {
 		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketLeases(), err)
