@@ -11,6 +11,12 @@
 // nothing; when NATS is unreachable or a publish fails, 503 with
 // Retry-After, never 2xx.
 //
+// An event whose data is larger than a NATS message can carry (a GitHub
+// body of up to 25 MB) is admitted on its full data and delivered with a
+// claim check: the data goes to jl_blobs under a handle of the session it
+// is delivered to, and the event's data becomes a BlobRef naming it
+// (extension jlblob), which the session's agent reads with read_blob.
+//
 // It does not evaluate rules (package admission does), remember events
 // (package dedupe does) or run agents (the worker does).
 package ingest

@@ -1,7 +1,11 @@
 package ingest_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +32,7 @@ import (
 func startDefs(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream, yamls ...string) *harness {
 	t.Helper()
 	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s.ClientURL())
+	nc, js := natstest.Connect(t, s.ClientURL())
 	ctx := context.Background()
 	names := streams.Default()
 	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
@@ -54,7 +58,10 @@ func startDefs(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream,
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second}, pjs, store, adm)
+	// As the ingest component sets it: what the server's max payload
+	// leaves once headers have room.
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second,
+		MaxEventSize: int(nc.MaxPayload()) - 64<<10}, pjs, store, adm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,5 +270,55 @@ func TestRetryAfterPartialPublishDeliversOnceToEach(t *testing.T) {
 	}
 	if r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "part-1", body), body); r.status != http.StatusAccepted || r.body["duplicate"] != true {
 		t.Fatalf("redelivery after the retry: %d %s, want a duplicate", r.status, r.raw)
+	}
+}
+
+// A GitHub body larger than a NATS message (2 MiB against the server's
+// default 1 MiB) is delivered, not refused: admission reads it whole, the
+// session's event carries a claim check whose handle holds the body in
+// jl_blobs, and a rule's dead letter describes the data without it.
+func TestLargeGitHubBodyIsClaimChecked(t *testing.T) {
+	h := startDefs(t, nil, reviewerYAML, newlineSessionYAML)
+	var payload map[string]any
+	if err := json.Unmarshal(fixture(t, "pull_request/opened.payload.json"), &payload); err != nil {
+		t.Fatal(err)
+	}
+	payload["padding"] = strings.Repeat("x", 2<<20)
+	body, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "big-1", body), body)
+	if r.status != http.StatusAccepted || len(r.body["admitted"].([]any)) != 1 {
+		t.Fatalf("delivery of %d bytes: %d %s", len(body), r.status, r.raw)
+	}
+	_, m := h.lastEvent(t, h.names.StreamIn(), h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2"))
+	e, err := events.FromMsg(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref ingest.BlobRef
+	if err := json.Unmarshal(e.Data(), &ref); err != nil {
+		t.Fatalf("data %q is no claim check: %v", e.Data(), err)
+	}
+	sum := sha256.Sum256(body)
+	if ref.Blob.Handle == "" || e.Extensions()[ingest.ExtBlob] != ref.Blob.Handle || ref.Blob.Size != len(body) || ref.Blob.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("claim check %+v, extensions %v", ref, e.Extensions())
+	}
+	obs, err := h.js.ObjectStore(context.Background(), h.names.ObjectBlobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := obs.GetBytes(context.Background(), ref.Blob.Handle)
+	if err != nil || !bytes.Equal(stored, body) {
+		t.Fatalf("blob %s: %d bytes (%v), want the body's %d", ref.Blob.Handle, len(stored), err, len(body))
+	}
+	if owner, err := h.names.ParseSessionKey(ref.Blob.Handle); err != nil || owner.Agent != "pr-reviewer" {
+		t.Fatalf("handle %s names %+v (%v), want a pr-reviewer session", ref.Blob.Handle, owner, err)
+	}
+	dlq, _ := h.names.DLQ(admission.DLQReason)
+	_, dm := h.lastEvent(t, h.names.StreamDLQ(), dlq)
+	if len(dm.Data) > 4<<10 || !bytes.Contains(dm.Data, []byte(ref.Blob.SHA256)) {
+		t.Fatalf("dead letter data: %d bytes", len(dm.Data))
 	}
 }

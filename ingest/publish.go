@@ -23,7 +23,11 @@ import (
 // can be published (a decision that cannot is Failed and dead-lettered),
 // and by now some messages may be stored, so a failure here is ours and
 // the sender should retry.
-func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Names, m *Metrics) Handler {
+func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Names, m *Metrics, opts ...PublishOption) Handler {
+	var cc *claimCheck
+	for _, o := range opts {
+		o(&cc, js, names)
+	}
 	return func(ctx context.Context, d *Delivery) (*Result, error) {
 		e := d.Event
 		res := &Result{ID: e.ID(), Admitted: []Target{}}
@@ -38,7 +42,12 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
 				subject := names.In(ref)
-				msg, err := events.ToMsg(subject, admission.Stamp(e, dec))
+				ev, err := cc.forSession(ctx, e, ref)
+				if err != nil {
+					m.publishFailures.Inc()
+					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
+				msg, err := events.ToMsg(subject, admission.Stamp(ev, dec))
 				if err != nil {
 					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
@@ -46,7 +55,16 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 				msgs = append(msgs, msg)
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session})
 			case admission.Debounced:
-				n, err := adm.Debounce(ctx, e, dec)
+				ref, err := dec.Ref()
+				if err != nil {
+					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
+				}
+				ev, err := cc.forSession(ctx, e, ref)
+				if err != nil {
+					m.publishFailures.Inc()
+					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
+				n, err := adm.Debounce(ctx, ev, dec)
 				if err != nil {
 					m.publishFailures.Inc()
 					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -55,7 +73,11 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session, Debounced: true})
 			}
 		}
-		records, err := adm.Messages(e, d.Decisions, counts)
+		light, err := cc.withoutData(e)
+		if err != nil {
+			return nil, err
+		}
+		records, err := adm.Messages(light, d.Decisions, counts)
 		if err != nil {
 			return nil, err
 		}
@@ -64,5 +86,19 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return res, nil
+	}
+}
+
+// PublishOption adjusts Publish.
+type PublishOption func(cc **claimCheck, js jetstream.JetStream, names streams.Names)
+
+// WithClaimCheck stores the data of an event larger than maxData bytes in
+// jl_blobs, one object per session the event goes to, and publishes the
+// event with a BlobRef as its data and the handle in ExtBlob; dead
+// letters of such an event describe its data without keeping it. Without
+// it, an event too large for a message fails to publish.
+func WithClaimCheck(maxData int) PublishOption {
+	return func(cc **claimCheck, js jetstream.JetStream, names streams.Names) {
+		*cc = &claimCheck{js: js, names: names, max: maxData}
 	}
 }

@@ -54,9 +54,11 @@ type Config struct {
 	// MaxInFlight bounds requests handled at once; more get 503. Default
 	// 256.
 	MaxInFlight int
-	// MaxEventSize bounds the data of one event, in bytes: what NATS can
-	// carry (the connection's max payload, less room for headers). 0:
-	// events.MaxEventSize.
+	// MaxEventSize is the most data of one event published in its
+	// message, in bytes: what NATS can carry (the connection's max
+	// payload, less room for headers). Larger data, up to a receiver's
+	// body limit (GitHub: MaxGitHubBody), goes to jl_blobs and the event
+	// carries a claim check (ExtBlob, BlobRef). 0: events.MaxEventSize.
 	MaxEventSize int
 	Log          *slog.Logger
 	Metrics      *Metrics
@@ -121,7 +123,7 @@ func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission
 // publish. Read it top to bottom.
 func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) Handler {
 	return Chain(
-		Publish(js, adm, s.cfg.Names, s.m),
+		Publish(js, adm, s.cfg.Names, s.m, WithClaimCheck(s.cfg.MaxEventSize)),
 		Deduplicate(store, adm, js, s.m),
 		Admit(adm),
 	)
@@ -181,10 +183,6 @@ func (s *Server) receiver(name string, maxBody int, recv receive) http.Handler {
 		}
 		if ans != nil {
 			writeJSON(w, ans.status, ans.body)
-			return
-		}
-		if n := len(e.Data()); n > s.cfg.MaxEventSize {
-			s.fail(w, name, fmt.Errorf("%w: event %s has %d bytes of data, max %d", ErrTooLarge, e.ID(), n, s.cfg.MaxEventSize))
 			return
 		}
 		res, err := s.handle(ctx, &Delivery{Event: e, Receiver: name})

@@ -291,6 +291,19 @@ func (n Names) ResultBlob(r SessionRef, callID string) (string, error) {
 	return r.Key() + ".result." + ct, nil
 }
 
+// EventBlob is the name in jl_blobs of the data of an event too large
+// for a message, as delivered to one session:
+// <agent>.<session>.event.<event-hash>, where the hash (32 hex digits,
+// events.MsgID) names the event. ParseSessionKey reads the session back
+// from it, so the session's agent may read it.
+func (n Names) EventBlob(r SessionRef, eventHash string) (string, error) {
+	ht, err := events.EncodeToken(eventHash)
+	if err != nil {
+		return "", fmt.Errorf("streams: event hash: %w", err)
+	}
+	return r.Key() + ".event." + ht, nil
+}
+
 // DedupeKey is the key in jl_dedupe of an event from source with id:
 // <source>.<id-hash>. The source is hashed too when it would not fit a token.
 func (n Names) DedupeKey(source, id string) string {
