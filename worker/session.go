@@ -191,7 +191,8 @@ func (s *session) input(ctx context.Context, in *input) error {
 		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, fmt.Sprintf("session is %s", s.st.Status))
 		return s.commit(ctx, nil, next)
 	}
-	if schedule.IsTick(&nats.Msg{Header: in.header}) {
+	tick := schedule.IsTick(&nats.Msg{Header: in.header})
+	if tick {
 		tev, handled, err := s.tickInput(ctx, in, &next)
 		if err != nil {
 			return err
@@ -227,6 +228,11 @@ func (s *session) input(ctx context.Context, in *input) error {
 	if hops := extInt(ev.Extensions()[events.ExtHops]); next.Limits.MaxHops > 0 && hops > next.Limits.MaxHops {
 		reason := fmt.Sprintf("max_hops %d: event has %d delegation hops", next.Limits.MaxHops, hops)
 		return s.stopBudget(ctx, next, []Entry{e}, "max_hops", reason)
+	}
+	if !tick {
+		// The run is not a tick's: the last tick's timeout and result
+		// belong to the run it started.
+		next.Tick = nil
 	}
 	next.RunStarted = time.Now().UTC()
 	next.setStatus(StatusWorking, "", next.RunStarted)
@@ -392,7 +398,7 @@ func (s *session) deadlineContext(ctx context.Context) (context.Context, context
 	if d := s.st.Limits.Deadline.D(); d > 0 && !s.st.RunStarted.IsZero() {
 		deadline = s.st.RunStarted.Add(d)
 	}
-	if t := s.st.Tick; t != nil && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
+	if t := s.st.Tick; t != nil && t.Result == "" && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
 		deadline = t.Deadline
 	}
 	if !deadline.IsZero() {

@@ -232,7 +232,9 @@ type State struct {
 	Pending *Intent `json:"pending,omitempty"`
 	// Steers wait for the next model call.
 	Steers []Steer `json:"steers,omitempty"`
-	// Tick is the schedule tick that started the current or last run.
+	// Tick is the schedule tick that started the current or last run;
+	// nil when that run was started by anything else. Its timeout bounds
+	// only its own run, until its result is recorded.
 	Tick *TickRun `json:"tick,omitempty"`
 	// LastTickID is the last tick consumed: a tick the server fired twice
 	// is processed once.

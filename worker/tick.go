@@ -221,9 +221,10 @@ func (w *Worker) forwardTick(ctx context.Context, t schedule.Tick) error {
 	return nil
 }
 
-// tickExpired reports whether the run's tick timeout has passed.
+// tickExpired reports whether the run's tick timeout has passed. A tick
+// whose result is recorded has no say over later runs.
 func (st State) tickExpired(now time.Time) bool {
-	return st.Tick != nil && !st.Tick.Deadline.IsZero() && !now.Before(st.Tick.Deadline)
+	return st.Tick != nil && st.Tick.Result == "" && !st.Tick.Deadline.IsZero() && !now.Before(st.Tick.Deadline)
 }
 
 // tickTimeout ends the run its tick's timeout ran out on, as failed: the

@@ -244,3 +244,78 @@ func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
 		t.Fatalf("health %+v", h)
 	}
 }
+
+// fireTick publishes one tick of spec's schedule to the schedule's
+// session by hand, as the worker routes a tick (the server lets no client
+// set its own schedule headers): a tick without a server schedule behind
+// it, so the test decides when ticks come. next names the slot.
+func fireTick(t *testing.T, e *env, spec schedule.Spec, next time.Time) {
+	t.Helper()
+	m, err := spec.Message(e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduler := m.Subject
+	m.Subject = e.names.In(e.ref(t, spec.Agent, spec.Session))
+	for k := range m.Header {
+		if strings.HasPrefix(k, "Nats-") {
+			m.Header.Del(k)
+		}
+	}
+	schedule.Route(m.Header, scheduler, next.UTC().Format(time.RFC3339Nano))
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func resolve(t *testing.T, agent string, s policies.Schedule) schedule.Spec {
+	t.Helper()
+	spec, err := schedule.Resolve(agent, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// TestTickTimeoutAppliesToItsOwnRunOnly runs a persistent scheduled
+// session: a tick whose run is done, then a user's message whose model
+// call outlasts the tick's timeout. The message's run is not the tick's:
+// it finishes, and the tick keeps its recorded result.
+func TestTickTimeoutAppliesToItsOwnRunOnly(t *testing.T) {
+	e := setup(t)
+	sched := policies.Schedule{Name: "drift", Cron: "@every 1h", Timeout: policies.Duration(300 * time.Millisecond)}
+	def := monitorDef(sched,
+		policies.ScriptEntry{Text: "checked"},
+		policies.ScriptEntry{Text: "answered slowly", Delay: policies.Duration(time.Second)})
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "drift")
+	fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		if err != nil {
+			return err
+		}
+		if st := state(t, e, ref); st.Tick == nil || st.Tick.Result == "" {
+			return fmt.Errorf("status %s, tick result not recorded: %+v", tr.Status, st.Tick)
+		}
+		return nil
+	})
+	e.send(t, ref, "what changed?")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		if err != nil {
+			return err
+		}
+		if tr.Status == worker.StatusFailed {
+			t.Fatalf("the message's run failed: %s", tr.Reason)
+		}
+		if tr.Status != worker.StatusDone || count(tr, worker.KindAssistant, "") != 2 {
+			return fmt.Errorf("status %s, transcript %s", tr.Status, kinds(tr))
+		}
+		return nil
+	})
+	st := state(t, e, ref)
+	if st.Tick != nil && (st.Tick.TimedOut || st.Tick.Result != schedule.ResultOK) {
+		t.Fatalf("the tick's record changed after its run: %+v", st.Tick)
+	}
+}
