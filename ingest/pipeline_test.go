@@ -31,6 +31,12 @@ import (
 // fail), while h.js stays the real one.
 func startDefs(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream, yamls ...string) *harness {
 	t.Helper()
+	return startConfig(t, wrap, nil, yamls...)
+}
+
+// startConfig is startDefs with the ingest config adjusted by cfg.
+func startConfig(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream, cfg func(*ingest.Config), yamls ...string) *harness {
+	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s.ClientURL())
 	ctx := context.Background()
@@ -60,8 +66,12 @@ func startDefs(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStream,
 	}
 	// As the ingest component sets it: what the server's max payload
 	// leaves once headers have room.
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second,
-		MaxEventSize: int(nc.MaxPayload()) - 64<<10}, pjs, store, adm)
+	c := ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second,
+		MaxEventSize: int(nc.MaxPayload()) - 64<<10}
+	if cfg != nil {
+		cfg(&c)
+	}
+	srv, err := ingest.New(c, pjs, store, adm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -31,6 +32,8 @@ const (
 	DefaultTimeout     = 8 * time.Second
 	DefaultRetryAfter  = 5 * time.Second
 	DefaultMaxInFlight = 256
+	// DefaultMaxInFlightBytes bounds the request bodies held at once.
+	DefaultMaxInFlightBytes = 128 << 20
 	// MaxRequestBody bounds the body of a user request.
 	MaxRequestBody = 1 << 20
 	// MaxIdempotencyKey bounds an Idempotency-Key header.
@@ -54,6 +57,12 @@ type Config struct {
 	// MaxInFlight bounds requests handled at once; more get 503. Default
 	// 256.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bodies of the requests handled at once,
+	// by their Content-Length (a body without one counts as its
+	// receiver's limit); a request that does not fit gets 503. Default
+	// DefaultMaxInFlightBytes; it is raised to the largest receiver
+	// limit, so that one request of any allowed size fits.
+	MaxInFlightBytes int64
 	// MaxEventSize is the most data of one event published in its
 	// message, in bytes: what NATS can carry (the connection's max
 	// payload, less room for headers). Larger data, up to a receiver's
@@ -76,6 +85,10 @@ func (c *Config) setDefaults() {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	c.MaxInFlightBytes = max(c.MaxInFlightBytes, MaxGitHubBody)
 	if c.MaxEventSize == 0 || c.MaxEventSize > events.MaxEventSize {
 		c.MaxEventSize = events.MaxEventSize
 	}
@@ -92,7 +105,7 @@ func (c *Config) setDefaults() {
 
 // Validate reports a config that cannot work.
 func (c Config) Validate() error {
-	if c.Timeout < 0 || c.RetryAfter < 0 || c.MaxInFlight < 0 || c.MaxEventSize < 0 {
+	if c.Timeout < 0 || c.RetryAfter < 0 || c.MaxInFlight < 0 || c.MaxEventSize < 0 || c.MaxInFlightBytes < 0 {
 		return errors.New("ingest: negative limit in config")
 	}
 	return nil
@@ -105,6 +118,7 @@ type Server struct {
 	m        *Metrics
 	handle   Handler
 	inflight chan struct{}
+	budget   budget
 }
 
 // New assembles the receivers over the pipeline.
@@ -113,7 +127,7 @@ func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, inflight: make(chan struct{}, cfg.MaxInFlight)}
+	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, inflight: make(chan struct{}, cfg.MaxInFlight), budget: budget{limit: cfg.MaxInFlightBytes}}
 	s.handle = s.pipeline(js, store, adm)
 	return s, nil
 }
@@ -135,9 +149,37 @@ func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admi
 //	POST /events                                           bearer token → CloudEvent (sdk-go HTTP) → pipeline
 //	POST /v1/agents/{agent}/sessions/{session}/messages    bearer token → request CloudEvent → pipeline
 func (s *Server) Mount(mux *http.ServeMux) {
-	mux.Handle("POST /webhooks/github", s.receiver("github", MaxGitHubBody, s.github))
-	mux.Handle("POST /events", s.receiver("events", s.cfg.MaxEventSize+64<<10, s.bearer(s.cloudEvent)))
-	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/messages", s.receiver("request", MaxRequestBody, s.bearer(s.request)))
+	mux.Handle("POST /webhooks/github", s.receiver("github", MaxGitHubBody, s.githubHeaders, s.github))
+	mux.Handle("POST /events", s.receiver("events", s.cfg.MaxEventSize+64<<10, s.bearer, s.cloudEvent))
+	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/messages", s.receiver("request", MaxRequestBody, s.bearer, s.request))
+}
+
+// admit checks what a request's headers alone can tell, before its body
+// is read: an unauthenticated sender must not hold memory or a slot for
+// the time it takes to send a large body.
+type admit func(r *http.Request) error
+
+// budget is the memory request bodies may hold at once, in bytes.
+type budget struct {
+	mu    sync.Mutex
+	used  int64
+	limit int64
+}
+
+func (b *budget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *budget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }
 
 // receive turns a request into an event (or an immediate answer).
@@ -150,13 +192,26 @@ type answer struct {
 }
 
 // receiver wraps a receive function with what every receiver shares: the
-// in-flight bound, the body limit, the deadline, metrics, and the mapping
-// of errors to statuses.
-func (s *Server) receiver(name string, maxBody int, recv receive) http.Handler {
+// header checks before the body, the in-flight bounds (requests and body
+// bytes), the body limit, the deadline, metrics, and the mapping of
+// errors to statuses.
+func (s *Server) receiver(name string, maxBody int, pre admit, recv receive) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.cfg.Now()
 		s.m.received.WithLabelValues(name).Inc()
 		defer func() { s.m.seconds.WithLabelValues(name).Observe(s.cfg.Now().Sub(start).Seconds()) }()
+		if err := pre(r); err != nil {
+			s.fail(w, name, err)
+			return
+		}
+		size := int64(maxBody)
+		switch {
+		case r.ContentLength > int64(maxBody):
+			s.fail(w, name, fmt.Errorf("%w: body of %d bytes, over %d", ErrTooLarge, r.ContentLength, maxBody))
+			return
+		case r.ContentLength >= 0:
+			size = r.ContentLength
+		}
 		select {
 		case s.inflight <- struct{}{}:
 			defer func() { <-s.inflight }()
@@ -164,6 +219,11 @@ func (s *Server) receiver(name string, maxBody int, recv receive) http.Handler {
 			s.fail(w, name, fmt.Errorf("%w: %d requests in flight", ErrUnavailable, cap(s.inflight)))
 			return
 		}
+		if !s.budget.take(size) {
+			s.fail(w, name, fmt.Errorf("%w: %d bytes of request bodies in flight, no room for %d more", ErrUnavailable, s.cfg.MaxInFlightBytes, size))
+			return
+		}
+		defer s.budget.give(size)
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(maxBody)))
@@ -196,14 +256,20 @@ func (s *Server) receiver(name string, maxBody int, recv receive) http.Handler {
 	})
 }
 
-func (s *Server) github(r *http.Request, body []byte) (event.Event, *answer, error) {
+// githubHeaders refuses, before the body is read, a delivery that cannot
+// be verified: no secret configured, or no signature.
+func (s *Server) githubHeaders(r *http.Request) error {
 	if len(s.cfg.GitHubSecret) == 0 {
-		return event.Event{}, nil, fmt.Errorf("%w: GitHub webhook secret not configured (JETLOOP_GITHUB_SECRET)", errNotConfigured)
+		return fmt.Errorf("%w: GitHub webhook secret not configured (JETLOOP_GITHUB_SECRET)", errNotConfigured)
 	}
+	if r.Header.Get(HeaderGitHubSignature) == "" {
+		return fmt.Errorf("%w: missing %s header", ErrUnauthorized, HeaderGitHubSignature)
+	}
+	return nil
+}
+
+func (s *Server) github(r *http.Request, body []byte) (event.Event, *answer, error) {
 	sig := r.Header.Get(HeaderGitHubSignature)
-	if sig == "" {
-		return event.Event{}, nil, fmt.Errorf("%w: missing %s header", ErrUnauthorized, HeaderGitHubSignature)
-	}
 	if !VerifySignature(s.cfg.GitHubSecret, body, sig) {
 		return event.Event{}, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
 	}
@@ -218,18 +284,16 @@ func (s *Server) github(r *http.Request, body []byte) (event.Event, *answer, err
 }
 
 // bearer checks the Authorization header against the configured token in
-// constant time.
-func (s *Server) bearer(next receive) receive {
-	return func(r *http.Request, body []byte) (event.Event, *answer, error) {
-		if s.cfg.Token == "" {
-			return event.Event{}, nil, fmt.Errorf("%w: ingest token not configured (JETLOOP_INGEST_TOKEN)", errNotConfigured)
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
-			return event.Event{}, nil, fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized)
-		}
-		return next(r, body)
+// constant time, before the body is read.
+func (s *Server) bearer(r *http.Request) error {
+	if s.cfg.Token == "" {
+		return fmt.Errorf("%w: ingest token not configured (JETLOOP_INGEST_TOKEN)", errNotConfigured)
 	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+		return fmt.Errorf("%w: missing or wrong bearer token", ErrUnauthorized)
+	}
+	return nil
 }
 
 func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer, error) {
