@@ -110,6 +110,10 @@ func (r *Rules) Watch(ctx context.Context, store Watcher, log *slog.Logger) erro
 			r.Remove(c.Agent)
 			log.Info("agent definition deleted", "agent", c.Agent)
 		default:
+			if c.Refused != nil {
+				log.Error("agent definition refused; serving the newest earlier version that compiles", "agent", c.Agent,
+					"version", c.Compiled.Definition.Version, "err", c.Refused)
+			}
 			r.mu.Lock()
 			r.agents[c.Agent] = c.Compiled
 			r.resort()

@@ -38,6 +38,11 @@ type Change struct {
 	// Err is set when a stored version does not decode or compile (written
 	// by another release, or by hand): keep serving the previous one.
 	Err error
+	// Refused is set, in the changes delivered before the current state
+	// is complete, when the newest stored version was refused and
+	// Compiled is the newest earlier version that compiles: a process
+	// that starts has no previous version of its own to keep serving.
+	Refused error
 }
 
 // Store keeps versioned agent definitions in the jl_agents bucket, one key
@@ -253,8 +258,10 @@ func (s *Store) Delete(ctx context.Context, agent string) error {
 	return nil
 }
 
-// Watch delivers every agent's current definition, then a Change with
-// empty Agent marking that the current state has been delivered, then
+// Watch delivers every agent's current definition (the newest version
+// that compiles, with Refused set when that is not the newest stored),
+// then a Change with empty Agent marking that the current state has been
+// delivered, then
 // every later change, until ctx ends; the channel is closed then. The
 // goroutine feeding it stops when ctx ends: the caller owns it through ctx
 // and waits for it by draining the channel.
@@ -267,6 +274,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 	go func() {
 		defer close(out)
 		defer w.Stop()
+		initial := true
 		for {
 			var e jetstream.KeyValueEntry
 			var ok bool
@@ -281,6 +289,11 @@ func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 			var ch Change
 			if e != nil {
 				ch = s.change(e)
+				if initial && ch.Err != nil && !ch.Deleted {
+					ch = s.fallback(ctx, ch)
+				}
+			} else {
+				initial = false
 			}
 			select {
 			case out <- ch:
@@ -313,6 +326,16 @@ func (s *Store) change(e jetstream.KeyValueEntry) Change {
 	}
 	ch.Compiled, ch.Record = c, rec
 	return ch
+}
+
+// fallback replaces a refused initial change by the newest earlier
+// version that compiles, if there is one.
+func (s *Store) fallback(ctx context.Context, ch Change) Change {
+	c, rec, err := s.GetCompiled(ctx, ch.Agent)
+	if err != nil || c.Definition.Name != ch.Agent {
+		return ch
+	}
+	return Change{Agent: ch.Agent, Compiled: c, Record: rec, Refused: ch.Err}
 }
 
 func (s *Store) agentOf(key string) (string, error) {

@@ -155,6 +155,42 @@ func TestStoreWatch(t *testing.T) {
 	}
 }
 
+// A process that starts while the newest stored version of an agent does
+// not compile serves the newest earlier one that does, instead of
+// dropping the agent until the next apply.
+func TestWatchStartsOnTheLastGoodVersion(t *testing.T) {
+	st, js := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	good, err := st.Put(ctx, def("a", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, streams.Default().BucketAgents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "a", []byte(`{"definition":{"name":"a","model":{"provider":"scripted"},"triggers":[{"name":"t","when":"event.nope"}]}}`)); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := st.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c policies.Change
+	select {
+	case c = <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change delivered")
+	}
+	if c.Agent != "a" || c.Compiled == nil || c.Compiled.Definition.Version != good || c.Refused == nil {
+		t.Fatalf("initial change %+v, want version %d with the newer one refused", c, good)
+	}
+	cancel()
+	for range ch {
+	}
+}
+
 func ExampleParse() {
 	c, err := policies.Parse("bad.yaml", []byte(`name: reviewer
 model: {provider: scripted}
