@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -69,16 +70,24 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if token == "" {
 		log.Warn("JETLOOP_INGEST_TOKEN is not set: POST /events and user requests answer 503")
 	}
-	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
+	// The ingest publishes asynchronously and awaits every ack within a
+	// request's deadline; an ack that never comes (a stream leader lost)
+	// must also release its slot in the connection's pending publishes,
+	// or they fill up and stall every later delivery.
+	js, err := jetstream.New(rt.NC, jetstream.WithPublishAsyncTimeout(ingest.DefaultTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("ingest: jetstream: %w", err)
+	}
+	store, err := policies.NewStore(ctx, js, rt.Names)
 	if err != nil {
 		return nil, err
 	}
 	rules := admission.NewRules()
-	adm, err := admission.New(ctx, rt.JS, rules, admission.Config{Names: rt.Names, Log: log})
+	adm, err := admission.New(ctx, js, rules, admission.Config{Names: rt.Names, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	dd, err := dedupe.New(ctx, rt.JS, dedupe.Config{Names: rt.Names})
+	dd, err := dedupe.New(ctx, js, dedupe.Config{Names: rt.Names})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +103,7 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		MaxEventSize: int(rt.NC.MaxPayload()) - 64<<10,
 		Log:          log,
 		Metrics:      metrics,
-	}, rt.JS, dd, adm)
+	}, js, dd, adm)
 	if err != nil {
 		return nil, err
 	}
