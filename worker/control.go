@@ -290,7 +290,9 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	verb := string(msg.Verb)
 	if perr != nil {
 		verb = "invalid"
-		s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, "invalid control message: "+perr.Error())
+		if err := s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, "invalid control message: "+perr.Error()); err != nil {
+			return err
+		}
 		s.w.m.controls.WithLabelValues(verb, "invalid").Inc()
 		return s.commit(ctx, nil, next)
 	}

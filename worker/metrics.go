@@ -22,6 +22,7 @@ type Metrics struct {
 	approvals      prometheus.Counter
 
 	writeRetries *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered collectors; Register adds them to a
@@ -74,13 +75,17 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "write_retries_total",
 			Help: "State writes (intents and settlements) made again after a passing failure, by reason (batch_incomplete, batches_in_flight, unavailable, no_responders, timeout, reconnecting, fenced after an unknown outcome).",
 		}, []string{"reason"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "dead_letters_total",
+			Help: "Inputs sent to JL_DLQ, by result (ok; failed: the input stays unconsumed and comes back).",
+		}, []string{"result"}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries} {
+	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

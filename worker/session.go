@@ -184,14 +184,26 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.InSeq = in.seq
 	ev, err := events.FromMsg(&nats.Msg{Subject: in.subject, Header: in.header, Data: in.data})
 	if err != nil {
-		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "not a CloudEvent: "+err.Error())
-		return s.commit(ctx, nil, next)
-	}
-	if s.st.Status.Final() {
-		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, fmt.Sprintf("session is %s", s.st.Status))
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "not a CloudEvent: "+err.Error()); err != nil {
+			return err
+		}
 		return s.commit(ctx, nil, next)
 	}
 	tick := schedule.IsTick(&nats.Msg{Header: in.header})
+	if s.st.Status.Final() {
+		reason := fmt.Sprintf("session is %s", s.st.Status)
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, reason); err != nil {
+			return err
+		}
+		if tick {
+			// The schedule learns that its ticks no longer run: its
+			// breaker trips after max_failures of them.
+			if t, err := schedule.ParseTick(&nats.Msg{Subject: in.subject, Header: in.header, Data: in.data}); err == nil {
+				s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultFailed, errors.New(reason))
+			}
+		}
+		return s.commit(ctx, nil, next)
+	}
 	if tick {
 		tev, handled, err := s.tickInput(ctx, in, &next)
 		if err != nil {
@@ -219,7 +231,13 @@ func (s *session) input(ctx context.Context, in *input) error {
 	}
 	if err := s.resolve(ctx, &next); err != nil {
 		if errors.Is(err, errNoDefinition) {
-			s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, err.Error())
+			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, err.Error()); derr != nil {
+				return derr
+			}
+			if tick && next.Tick != nil {
+				s.w.recordTick(ctx, s.r.ref.Agent, next.Tick.Schedule, next.Tick.ID, next.Tick.Slot, schedule.ResultFailed, err)
+				next.Tick = s.st.clone().Tick
+			}
 			next.NextEntry--
 			return s.commit(ctx, nil, next)
 		}

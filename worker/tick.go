@@ -47,7 +47,9 @@ func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev eve
 	msg := &nats.Msg{Subject: in.subject, Header: in.header, Data: in.data}
 	t, err := schedule.ParseTick(msg)
 	if err != nil {
-		s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "unreadable tick: "+err.Error())
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "unreadable tick: "+err.Error()); err != nil {
+			return ev, false, err
+		}
 		return ev, true, nil
 	}
 	log := s.log.With("schedule", t.Spec.Schedule, "tick", t.ID, "slot", t.Slot)

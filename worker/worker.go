@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,7 +243,10 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 	}
 	ref, err := w.names.ParseSession(m.Subject())
 	if err != nil {
-		w.deadLetter(ctx, m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream, "subject does not name a session: "+err.Error())
+		if err := w.deadLetter(ctx, m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream, "subject does not name a session: "+err.Error()); err != nil {
+			_ = m.NakWithDelay(5 * time.Second)
+			return
+		}
 		_ = m.Term()
 		return
 	}
@@ -265,16 +269,21 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 }
 
 // deadLetter publishes an input the worker cannot use to JL_DLQ with the
-// reason, keeping its headers (and so its Nats-Msg-Id) and data.
-func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, data []byte, seq uint64, reason string) {
+// reason, keeping its data and headers (and so its Nats-Msg-Id, or one
+// derived from its place when it had none). The headers the server acts
+// on (a fired tick's Nats-Scheduler and Nats-Schedule-Next, which no
+// client may publish; Nats-TTL, Nats-Rollup, Nats-Expected-*,
+// Nats-Batch-* …) are kept under Jl-Orig- names. An input must not be
+// consumed unless its dead letter is durable: the caller records it
+// consumed only when deadLetter returned nil.
+func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, data []byte, seq uint64, reason string) error {
 	subj, err := w.names.DLQ("worker")
 	if err != nil {
-		w.log.Error("dead letter subject", "err", err)
-		return
+		return fmt.Errorf("worker: dead letter of %s #%d: %w", subject, seq, err)
 	}
-	m := &nats.Msg{Subject: subj, Header: nats.Header{}, Data: data}
-	for k, v := range h {
-		m.Header[k] = append([]string(nil), v...)
+	m := &nats.Msg{Subject: subj, Header: deadLetterHeader(h), Data: data}
+	if m.Header.Get(nats.MsgIdHdr) == "" {
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("dlq-%s-%d", subject, seq))
 	}
 	m.Header.Set("Jl-Dlq-Reason", reason)
 	m.Header.Set("Jl-Dlq-Subject", subject)
@@ -282,10 +291,30 @@ func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := w.js.PublishMsg(pctx, m); err != nil {
-		w.log.Error("dead letter", "subject", subject, "seq", seq, "reason", reason, "err", err)
-		return
+		w.m.deadLetters.WithLabelValues("failed").Inc()
+		w.log.Error("dead letter failed; the input stays unconsumed", "subject", subject, "seq", seq, "reason", reason, "err", err)
+		return fmt.Errorf("worker: dead letter of %s #%d (%s): %w", subject, seq, reason, err)
 	}
+	w.m.deadLetters.WithLabelValues("ok").Inc()
 	w.log.Warn("input dead-lettered", "subject", subject, "seq", seq, "reason", reason)
+	return nil
+}
+
+// origHeaderPrefix renames the server's headers on a dead letter.
+const origHeaderPrefix = "Jl-Orig-"
+
+// deadLetterHeader copies h for a dead letter: every Nats-* header but
+// the message id moves under a Jl-Orig- name, so the server neither acts
+// on it nor refuses the message for it.
+func deadLetterHeader(h nats.Header) nats.Header {
+	out := nats.Header{}
+	for k, v := range h {
+		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr) {
+			k = origHeaderPrefix + k
+		}
+		out[k] = append(out[k], v...)
+	}
+	return out
 }
 
 // modelFor returns the model of an agent's definition version, built once.
