@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	celchecker "github.com/google/cel-go/checker"
@@ -56,7 +57,7 @@ const (
 )
 
 var envs = sync.OnceValues(func() ([2]*cel.Env, error) {
-	common := []cel.EnvOption{ext.Strings(), cel.CrossTypeNumericComparisons(true)}
+	common := append([]cel.EnvOption{ext.Strings(), cel.CrossTypeNumericComparisons(true)}, boundedStrings()...)
 	ev, err := cel.NewEnv(append(common, cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)))...)
 	if err != nil {
 		return [2]*cel.Env{}, err
@@ -66,6 +67,84 @@ var envs = sync.OnceValues(func() ([2]*cel.Env, error) {
 		cel.Variable("session", cel.MapType(cel.StringType, cel.DynType)))...)
 	return [2]*cel.Env{ev, ap}, err
 })
+
+// Bounds of the string functions whose result can be far larger than
+// their input. CEL charges their cost after the call, so an expression
+// such as a.replace("", b) would allocate len(a)*len(b) bytes before the
+// cost limit stops it; these bounds refuse the call first.
+const (
+	// MaxReplaceResult bounds the string replace() returns, in bytes.
+	MaxReplaceResult = 1 << 20
+	// MaxSplitParts bounds the list split() returns.
+	MaxSplitParts = 10_000
+)
+
+// boundedStrings redefines ext.Strings' replace and split (same overload
+// ids and signatures, which cel-go allows) with implementations that
+// compute the size of their result before building it.
+func boundedStrings() []cel.EnvOption {
+	str, list := cel.StringType, cel.ListType(cel.StringType)
+	return []cel.EnvOption{
+		cel.Function("replace",
+			cel.MemberOverload("string_replace_string_string", []*cel.Type{str, str, str}, str,
+				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+					return boundedReplace(string(args[0].(types.String)), string(args[1].(types.String)), string(args[2].(types.String)), -1)
+				})),
+			cel.MemberOverload("string_replace_string_string_int", []*cel.Type{str, str, str, cel.IntType}, str,
+				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+					return boundedReplace(string(args[0].(types.String)), string(args[1].(types.String)), string(args[2].(types.String)), int64(args[3].(types.Int)))
+				}))),
+		cel.Function("split",
+			cel.MemberOverload("string_split_string", []*cel.Type{str, str}, list,
+				cel.BinaryBinding(func(s, sep ref.Val) ref.Val {
+					return boundedSplit(string(s.(types.String)), string(sep.(types.String)), -1)
+				})),
+			cel.MemberOverload("string_split_string_int", []*cel.Type{str, str, cel.IntType}, list,
+				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+					return boundedSplit(string(args[0].(types.String)), string(args[1].(types.String)), int64(args[2].(types.Int)))
+				}))),
+	}
+}
+
+// matches is how many times sep occurs in s as strings.Replace and
+// strings.Split see it: once per rune boundary for an empty sep.
+func matches(s, sep string) int64 {
+	if sep == "" {
+		return int64(utf8.RuneCountInString(s)) + 1
+	}
+	return int64(strings.Count(s, sep))
+}
+
+func boundedReplace(s, old, new string, n int64) ref.Val {
+	count := matches(s, old)
+	if n >= 0 {
+		count = min(count, n)
+	}
+	if size := int64(len(s)) + count*(int64(len(new))-int64(len(old))); size > MaxReplaceResult {
+		return types.NewErr("replace would return %d bytes, max %d", size, MaxReplaceResult)
+	}
+	return types.String(strings.Replace(s, old, new, int(n)))
+}
+
+func boundedSplit(s, sep string, n int64) ref.Val {
+	parts := matches(s, sep)
+	if sep != "" {
+		parts++
+	}
+	if n >= 0 {
+		parts = min(parts, n)
+	}
+	if parts > MaxSplitParts {
+		return types.NewErr("split would return %d strings, max %d", parts, MaxSplitParts)
+	}
+	var out []string
+	if n < 0 {
+		out = strings.Split(s, sep)
+	} else {
+		out = strings.SplitN(s, sep, int(n))
+	}
+	return types.DefaultTypeAdapter.NativeToValue(out)
+}
 
 // exprError is a compile error of one expression, positioned within it
 // (1-based line and column; 0 when unknown).
