@@ -127,7 +127,7 @@ func New(ctx context.Context, js jetstream.JetStream, rules *Rules, cfg Config) 
 	}
 	return &Admitter{
 		js: js, names: cfg.Names, rules: rules, log: cfg.Log, now: cfg.Now, in: in,
-		limiter: &limiter{kv: kv, names: cfg.Names, now: cfg.Now},
+		limiter: &limiter{js: js, kv: kv, names: cfg.Names, now: cfg.Now},
 	}, nil
 }
 

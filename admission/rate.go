@@ -24,10 +24,23 @@ const maxRateAttempts = 24
 // read and a compare-and-set write on the key's revision; a lost race
 // reads again.
 type limiter struct {
+	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	names streams.Names
 	now   func() time.Time
 }
+
+// Bounds of a bucket's clock and lifetime.
+const (
+	// maxClockSkew is how far ahead of this process's clock a bucket's
+	// time may be and still be trusted; a bucket written by a clock
+	// further ahead refills from now instead of staying empty until that
+	// clock's time comes.
+	maxClockSkew = time.Minute
+	// maxRateTTL bounds how long an idle bucket is kept (a tiny per_minute
+	// would otherwise need years to refill, past what a Duration holds).
+	maxRateTTL = streams.DefaultDedupeTTL
+)
 
 // Bounds of the events a bucket remembers having taken a token.
 const (
@@ -103,8 +116,12 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r
 	cap := capacity(r)
 	perSec := r.PerMinute / 60
 	// The key outlives a full refill by a margin, then expires: an idle
-	// key costs nothing.
-	ttl := time.Duration(cap/perSec*float64(time.Second)) + time.Minute
+	// key costs nothing. Every write carries the TTL, so it counts from
+	// the last take.
+	ttl := maxRateTTL
+	if refill := cap / perSec; refill < (maxRateTTL - time.Minute).Seconds() {
+		ttl = time.Duration(refill*float64(time.Second)) + time.Minute
+	}
 	for attempt := range maxRateAttempts {
 		now := l.now()
 		st := bucketState{Tokens: cap, At: now}
@@ -121,13 +138,23 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r
 				if old.took(event) {
 					return true, nil
 				}
-				elapsed := max(0, now.Sub(old.At).Seconds())
+				at := old.At
+				if at.After(now.Add(maxClockSkew)) {
+					// Written by a clock far ahead: trusting it would
+					// keep the bucket from refilling until then. The
+					// server's time of the write stands in for it.
+					at = e.Created()
+					if at.After(now) {
+						at = now
+					}
+				}
+				elapsed := max(0, now.Sub(at).Seconds())
 				st.Tokens = math.Min(cap, old.Tokens+elapsed*perSec)
 				st.Takers = old.Takers
-				if old.At.After(now) {
-					// Another process's clock runs ahead: keep its time
-					// so tokens are not granted twice.
-					st.At = old.At
+				if at.After(now) {
+					// Another process's clock runs a little ahead: keep
+					// its time so tokens are not granted twice.
+					st.At = at
 				}
 			}
 		}
@@ -140,7 +167,10 @@ func (l *limiter) take(ctx context.Context, agent, trigger, key, event string, r
 		if rev == 0 {
 			_, err = l.kv.Create(ctx, k, val, jetstream.KeyTTL(ttl))
 		} else {
-			_, err = l.kv.Update(ctx, k, val, rev)
+			// KeyValue.Update takes no TTL: write the compare-and-set
+			// as the bucket's own message, with one.
+			_, err = l.js.Publish(ctx, streams.KVSubject(l.names.BucketDedupe(), k), val,
+				jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 		}
 		if err == nil {
 			return true, nil

@@ -3,12 +3,14 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // Deciding the same event again takes no second token: a retry after a
@@ -102,5 +104,92 @@ triggers:
 	}
 	if n := len(ent.Value()); n > 8<<10 {
 		t.Fatalf("bucket state is %d bytes after 300 takes", n)
+	}
+}
+
+// A bucket written by a process whose clock runs far ahead still refills
+// by the other processes' clocks, instead of staying empty until that
+// clock's time comes.
+func TestRateBucketRefillsDespiteAClockFarAhead(t *testing.T) {
+	e := setup(t)
+	var mu sync.Mutex
+	var offset time.Duration
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
+	ahead := func() time.Time { return time.Now().Add(time.Hour) }
+	def := compile(t, `name: limited
+model: {provider: scripted}
+triggers:
+  - name: push
+    when: "true"
+    rate: {key: "'all'", per_minute: 6, burst: 1}
+`)
+	fast, slow := newAdmitter(t, e, ahead, def), newAdmitter(t, e, now, def)
+	ctx := context.Background()
+	decide := func(a *admission.Admitter, id string) admission.Outcome {
+		t.Helper()
+		ds, err := a.Decide(ctx, ghEvent(id, "x", `{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds[0].Outcome
+	}
+	if got := decide(fast, "1"); got != admission.Admitted {
+		t.Fatalf("first take, by the clock an hour ahead: %s", got)
+	}
+	if got := decide(slow, "2"); got != admission.RateLimited {
+		t.Fatalf("at once after: %s, want rate_limited", got)
+	}
+	mu.Lock()
+	offset = 15 * time.Second
+	mu.Unlock()
+	if got := decide(slow, "3"); got != admission.Admitted {
+		t.Fatalf("15 seconds later at one every 10 seconds: %s, want admitted", got)
+	}
+}
+
+// Every write of a bucket carries its TTL, so a bucket idle after many
+// takes expires too; a tiny rate gets the longest TTL, not an overflow.
+func TestRateBucketWritesCarryTheirTTL(t *testing.T) {
+	e := setup(t)
+	now := func() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) }
+	tests := []struct {
+		name, rate string
+		want       time.Duration
+	}{
+		{name: "ten a minute", rate: "per_minute: 10, burst: 5", want: 30*time.Second + time.Minute},
+		{name: "once in ages", rate: "per_minute: 0.000000001", want: streams.DefaultDedupeTTL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			agent := strings.ReplaceAll(tt.name, " ", "-")
+			a := newAdmitter(t, e, now, compile(t, "name: "+agent+`
+model: {provider: scripted}
+triggers:
+  - name: push
+    when: "true"
+    rate: {key: "'all'", `+tt.rate+`}
+`))
+			for i := range 2 { // a create, then an update
+				if _, err := a.Decide(context.Background(), ghEvent(fmt.Sprint(agent, i), "x", `{}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key, err := e.names.RateKey(agent, "push", "all")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kvs, err := e.js.Stream(context.Background(), streams.KVStream(e.names.BucketDedupe()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := kvs.GetLastMsgForSubject(context.Background(), streams.KVSubject(e.names.BucketDedupe(), key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := time.ParseDuration(raw.Header.Get("Nats-TTL"))
+			if err != nil || got != tt.want {
+				t.Fatalf("TTL %q (%v), want %s", raw.Header.Get("Nats-TTL"), err, tt.want)
+			}
+		})
 	}
 }
