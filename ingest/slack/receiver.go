@@ -149,24 +149,24 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // verify checks the signature, the timestamp and that the signature was
 // not used before, in that order: nothing unauthenticated reaches the
-// bucket.
-func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) error {
+// bucket. It returns the key that remembers the signature.
+func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) (string, error) {
 	if len(r.cfg.SigningSecret) == 0 {
-		return refuse(http.StatusServiceUnavailable, "slack signing secret not configured (JETLOOP_SLACK_SIGNING_SECRET)")
+		return "", refuse(http.StatusServiceUnavailable, "slack signing secret not configured (JETLOOP_SLACK_SIGNING_SECRET)")
 	}
 	ts, sig := h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if ts == "" || sig == "" {
-		return refuse(http.StatusUnauthorized, "missing %s or %s header", HeaderSignature, HeaderTimestamp)
+		return "", refuse(http.StatusUnauthorized, "missing %s or %s header", HeaderSignature, HeaderTimestamp)
 	}
 	if !Verify(r.cfg.SigningSecret, ts, body, sig) {
-		return refuse(http.StatusUnauthorized, "%s does not match the body", HeaderSignature)
+		return "", refuse(http.StatusUnauthorized, "%s does not match the body", HeaderSignature)
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return refuse(http.StatusUnauthorized, "%s %q is not Unix seconds", HeaderTimestamp, ts)
+		return "", refuse(http.StatusUnauthorized, "%s %q is not Unix seconds", HeaderTimestamp, ts)
 	}
 	if age := r.cfg.Now().Sub(time.Unix(sec, 0)); age > r.cfg.Window || age < -r.cfg.Window {
-		return refuse(http.StatusUnauthorized, "%s is %s from now, more than %s", HeaderTimestamp, age.Round(time.Second), r.cfg.Window)
+		return "", refuse(http.StatusUnauthorized, "%s is %s from now, more than %s", HeaderTimestamp, age.Round(time.Second), r.cfg.Window)
 	}
 	// A signature verifies only within the window either side of its
 	// timestamp: remembering it for twice the window covers every moment
@@ -176,11 +176,11 @@ func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) error
 	_, err = r.kv.Create(ctx, key, []byte(ts), jetstream.KeyTTL(2*r.cfg.Window))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
-		return refuse(http.StatusUnauthorized, "replayed request: this signature was used at %s", ts)
+		return "", refuse(http.StatusUnauthorized, "replayed request: this signature was used at %s", ts)
 	case err != nil:
-		return fmt.Errorf("slack: remember signature: %w", err)
+		return "", fmt.Errorf("slack: remember signature: %w", err)
 	}
-	return nil
+	return key, nil
 }
 
 // request is what a verified request asks.
@@ -198,7 +198,7 @@ type request struct {
 	ignore string
 }
 
-func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.ResponseWriter) (any, error) {
+func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.ResponseWriter) (_ any, err error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -207,9 +207,21 @@ func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.Respons
 		}
 		return nil, refuse(http.StatusBadRequest, "read body: %v", err)
 	}
-	if err := r.verify(ctx, req.Header, body); err != nil {
+	key, err := r.verify(ctx, req.Header, body)
+	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		var refused *httpError
+		if err == nil || errors.As(err, &refused) {
+			return
+		}
+		// Not handled through no fault of the sender, who may retry the
+		// very same request (a proxy, say): the signature was not used.
+		if derr := r.kv.Delete(context.WithoutCancel(ctx), key); derr != nil {
+			r.log.Warn("slack: forget signature of a request not handled", "err", derr)
+		}
+	}()
 	in, err := parseRequest(req.Header.Get("Content-Type"), body)
 	if err != nil {
 		return nil, err

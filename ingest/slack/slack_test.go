@@ -402,3 +402,32 @@ func TestParseChannels(t *testing.T) {
 		t.Errorf("C01 → %v", r)
 	}
 }
+
+// A command that could not be published (JL_CTL unavailable) is answered
+// 503, and the very same signed request, retried, is handled rather than
+// refused as a replay of itself.
+func TestIdenticalRetryAfterAFailureIsHandled(t *testing.T) {
+	h := start(t, "s3cret", time.Now())
+	ctx := context.Background()
+	if err := h.js.DeleteStream(ctx, h.names.StreamCtl()); err != nil {
+		t.Fatal(err)
+	}
+	body := event(t, "stop", "TTTTTTTTT", "Ev-retry")
+	ts := strconv.FormatInt(h.now.Unix(), 10)
+	sig := slack.Sign([]byte("s3cret"), ts, body)
+	if status, out := h.post(t, "application/json", ts, sig, body); status != http.StatusServiceUnavailable {
+		t.Fatalf("with JL_CTL gone: %d %v, want 503", status, out)
+	}
+	if _, err := streams.Provision(ctx, h.js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if status, out := h.post(t, "application/json", ts, sig, body); status != http.StatusOK || out["ok"] != true {
+		t.Fatalf("identical retry: %d %v, want 200 ok", status, out)
+	}
+	if n := h.ctlCount(t); n != 1 {
+		t.Fatalf("%d control messages, want 1", n)
+	}
+	if status, _ := h.post(t, "application/json", ts, sig, body); status != http.StatusUnauthorized {
+		t.Fatalf("replay of a handled request: %d, want 401", status)
+	}
+}
