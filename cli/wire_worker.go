@@ -316,10 +316,11 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	if tr.Parent != "" {
 		fmt.Fprintf(w, "forked from %s/%s at turn %d\n", tr.Agent, tr.Parent, tr.ForkTurn)
 	}
-	u, l := tr.Budget.Usage, tr.Budget.Limits
-	fmt.Fprintf(w, "definition v%d  turns %d%s  tokens %d%s  cost $%.4f%s\n", tr.DefinitionVersion,
-		u.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), u.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),
-		u.CostUSD, limit(l.MaxCostUSD > 0, fmt.Sprintf("$%.4f", l.MaxCostUSD)))
+	u, r, l := tr.Budget.Usage, tr.Budget.Run, tr.Budget.Limits
+	fmt.Fprintf(w, "definition v%d  this run: turns %d%s  tokens %d%s  cost $%.4f%s\n", tr.DefinitionVersion,
+		r.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), r.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),
+		r.CostUSD, limit(l.MaxCostUSD > 0, fmt.Sprintf("$%.4f", l.MaxCostUSD)))
+	fmt.Fprintf(w, "session total: turns %d  tokens %d  cost $%.4f\n", u.Turns, u.Tokens, u.CostUSD)
 	if u.UnknownUsageCalls > 0 {
 		fmt.Fprintf(w, "%d interrupted model call(s) of unknown usage\n", u.UnknownUsageCalls)
 	}

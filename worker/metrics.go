@@ -48,7 +48,7 @@ func NewMetrics() *Metrics {
 		}),
 		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "budget_stops_total",
-			Help: "Sessions ended as budget_exceeded, by the limit reached.",
+			Help: "Runs ended as budget_exceeded, by the limit reached.",
 		}, []string{"limit"}),
 		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "status_changes_total",

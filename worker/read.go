@@ -24,9 +24,15 @@ type Summary struct {
 	Session string    `json:"session"`
 	Status  Status    `json:"status"`
 	Since   time.Time `json:"since"`
-	Turns   int       `json:"turns"`
-	Tokens  int64     `json:"tokens"`
-	CostUSD float64   `json:"cost_usd"`
+	// Turns, Tokens and CostUSD are the session's lifetime totals.
+	Turns   int     `json:"turns"`
+	Tokens  int64   `json:"tokens"`
+	CostUSD float64 `json:"cost_usd"`
+	// RunTurns, RunTokens and RunCostUSD are those of the current (or
+	// last) run, which the budget limits apply to.
+	RunTurns   int     `json:"run_turns"`
+	RunTokens  int64   `json:"run_tokens"`
+	RunCostUSD float64 `json:"run_cost_usd"`
 	// WaitingFor is set for blocked sessions: the question, or the call id
 	// of the approval they wait for.
 	WaitingFor        string    `json:"waiting_for,omitempty"`
@@ -42,6 +48,7 @@ func summarise(st State) Summary {
 	return Summary{
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
+		RunTurns: st.RunTurns, RunTokens: st.RunUsage.Tokens(), RunCostUSD: st.RunUsage.CostUSD,
 		WaitingFor: st.WaitingFor, Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
 		Updated: st.Updated, Owner: st.Owner, Parent: st.Parent,
 	}
@@ -89,7 +96,7 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]S
 	}
 }
 
-// Usage is what a session consumed, beside its limits.
+// Usage is what a session consumed over its life.
 type Usage struct {
 	Turns        int     `json:"turns"`
 	InputTokens  int64   `json:"input_tokens"`
@@ -101,10 +108,24 @@ type Usage struct {
 	UnknownUsageCalls int `json:"unknown_usage_calls"`
 }
 
-// Budget is a session's limits and usage.
+// RunUsage is what the current (or last) run consumed: the turn, token
+// and cost limits apply to it, and the deadline counts from Started.
+type RunUsage struct {
+	Turns        int       `json:"turns"`
+	InputTokens  int64     `json:"input_tokens"`
+	OutputTokens int64     `json:"output_tokens"`
+	Tokens       int64     `json:"tokens"`
+	CostUSD      float64   `json:"cost_usd"`
+	Started      time.Time `json:"started,omitzero"`
+}
+
+// Budget is a session's limits, its lifetime usage and its run's.
 type Budget struct {
 	Limits policies.Budget `json:"limits"`
-	Usage  Usage           `json:"usage"`
+	// Usage is the session's lifetime total.
+	Usage Usage `json:"usage"`
+	// Run is the current (or last) run's usage, beside the limits.
+	Run RunUsage `json:"run"`
 }
 
 // Transcript is one session as `jetloop show --json` prints it: a
@@ -154,6 +175,9 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 		Budget: Budget{Limits: st.Limits, Usage: Usage{
 			Turns: st.Turns, InputTokens: st.Usage.InputTokens, OutputTokens: st.Usage.OutputTokens,
 			Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD, UnknownUsageCalls: st.UnknownUsage,
+		}, Run: RunUsage{
+			Turns: st.RunTurns, InputTokens: st.RunUsage.InputTokens, OutputTokens: st.RunUsage.OutputTokens,
+			Tokens: st.RunUsage.Tokens(), CostUSD: st.RunUsage.CostUSD, Started: st.RunStarted,
 		}},
 		Pending:    st.Pending,
 		Transcript: entries,

@@ -252,6 +252,8 @@ func (s *session) input(ctx context.Context, in *input) error {
 		// belong to the run it started.
 		next.Tick = nil
 	}
+	// Budgets are per run.
+	next.RunTurns, next.RunUsage = 0, model.Usage{}
 	next.RunStarted = time.Now().UTC()
 	next.setStatus(StatusWorking, "", next.RunStarted)
 	s.log.Info("run started", "seq", in.seq, "type", ev.Type())
@@ -359,24 +361,26 @@ func (s *session) recover(ctx context.Context) error {
 	return fmt.Errorf("worker: session %s: pending step of unknown kind %q", s.r.ref, p.Kind)
 }
 
-// budget returns the limit reached before a step of kind, and why.
+// budget returns the limit of the current run reached before a step of
+// kind, and why.
 func budget(st State, kind StepKind, now time.Time) (limit, reason string) {
 	l := st.Limits
 	switch {
-	case kind == StepModel && l.MaxTurns > 0 && st.Turns >= l.MaxTurns:
-		return "max_turns", fmt.Sprintf("max_turns %d reached", l.MaxTurns)
-	case l.MaxTokens > 0 && st.Usage.Tokens() >= l.MaxTokens:
-		return "max_tokens", fmt.Sprintf("max_tokens %d reached (%d used)", l.MaxTokens, st.Usage.Tokens())
-	case l.MaxCostUSD > 0 && st.Usage.CostUSD >= l.MaxCostUSD:
-		return "max_cost_usd", fmt.Sprintf("max_cost_usd %.4f reached (%.4f spent)", l.MaxCostUSD, st.Usage.CostUSD)
+	case kind == StepModel && l.MaxTurns > 0 && st.RunTurns >= l.MaxTurns:
+		return "max_turns", fmt.Sprintf("max_turns %d reached in this run", l.MaxTurns)
+	case l.MaxTokens > 0 && st.RunUsage.Tokens() >= l.MaxTokens:
+		return "max_tokens", fmt.Sprintf("max_tokens %d reached in this run (%d used)", l.MaxTokens, st.RunUsage.Tokens())
+	case l.MaxCostUSD > 0 && st.RunUsage.CostUSD >= l.MaxCostUSD:
+		return "max_cost_usd", fmt.Sprintf("max_cost_usd %.4f reached in this run (%.4f spent)", l.MaxCostUSD, st.RunUsage.CostUSD)
 	case l.Deadline > 0 && !st.RunStarted.IsZero() && now.Sub(st.RunStarted) >= l.Deadline.D():
 		return "deadline", fmt.Sprintf("deadline %s passed (run started %s)", l.Deadline.D(), st.RunStarted.Format(time.RFC3339))
 	}
 	return "", ""
 }
 
-// stopBudget ends the session as budget_exceeded: a system entry with the
-// reason, and error results for the calls that will not run.
+// stopBudget ends the run as budget_exceeded: a system entry with the
+// reason, and error results for the calls that will not run. The session
+// is not final: its next event starts a run with a fresh budget.
 func (s *session) stopBudget(ctx context.Context, next State, entries []Entry, limit, reason string) error {
 	e := s.entry(&next, KindSystem)
 	e.Text = "budget exceeded: " + reason
@@ -452,6 +456,7 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	if rec == nil {
 		next := s.st.clone()
 		next.Turns++
+		next.RunTurns++
 		in = Intent{Kind: StepModel, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry, Owner: s.w.cfg.ID, Started: now}
 		next.Pending = &in
 		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: StepModel, Step: in.Step})
@@ -522,6 +527,7 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	next.Pending = nil
 	next.Steps = in.Step
 	next.Usage = next.Usage.Add(resp.Usage)
+	next.RunUsage = next.RunUsage.Add(resp.Usage)
 	if rec != nil {
 		next.UnknownUsage = s.st.UnknownUsage
 	}

@@ -30,13 +30,16 @@ const (
 	StatusFailed Status = "failed"
 	// StatusCancelled: stopped by a cancel; final.
 	StatusCancelled Status = "cancelled"
-	// StatusBudgetExceeded: a budget ran out; final.
+	// StatusBudgetExceeded: the last run ran out of its budget (turns,
+	// tokens, cost, deadline or delegation hops) and was ended; a new
+	// event starts another run with a fresh budget.
 	StatusBudgetExceeded Status = "budget_exceeded"
 )
 
 // Final reports whether a session in status s takes no more runs: events
-// that reach it go to the dead letter stream.
-func (s Status) Final() bool { return s == StatusCancelled || s == StatusBudgetExceeded }
+// that reach it go to the dead letter stream. Only a cancel ends a
+// session for good.
+func (s Status) Final() bool { return s == StatusCancelled }
 
 // Resting reports whether no run is in progress in status s.
 func (s Status) Resting() bool { return s != StatusWorking }
@@ -205,12 +208,18 @@ type State struct {
 	Limits  policies.Budget `json:"limits,omitzero"`
 	Created time.Time       `json:"created"`
 	Updated time.Time       `json:"updated"`
-	// Turns counts model calls made (a re-made call counts once).
+	// Turns counts model calls made over the session's life (a re-made
+	// call counts once); it numbers the turns.
 	Turns int `json:"turns"`
 	// Steps counts settled steps.
 	Steps uint64 `json:"steps"`
-	// Usage is the sum over settled model calls.
+	// Usage is the sum over the session's settled model calls.
 	Usage model.Usage `json:"usage"`
+	// RunTurns and RunUsage are Turns and Usage of the current (or last)
+	// run alone: the turn, token and cost budgets apply to them, so a
+	// persistent session gets a fresh budget with every run.
+	RunTurns int         `json:"run_turns"`
+	RunUsage model.Usage `json:"run_usage"`
 	// UnknownUsage counts model calls interrupted before settlement: they
 	// may have been billed, their usage is unknown.
 	UnknownUsage int `json:"unknown_usage_calls,omitempty"`

@@ -349,8 +349,9 @@ func TestStaleWorkerFenced(t *testing.T) {
 }
 
 // TestLoopingAgentStopsAtTurnCeiling runs an agent whose model calls a
-// tool forever: it ends as budget_exceeded at max_turns, every call
-// answered, and a later event goes to the dead letter stream.
+// tool forever: the run ends as budget_exceeded at max_turns, every call
+// answered; the session is not over: a later event starts a run with a
+// fresh budget, which stops at the ceiling again.
 func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -366,52 +367,96 @@ func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
 	ref := e.ref(t, "looper", "s1")
 	e.send(t, ref, "go")
 	tr := e.waitStatus(t, ref, worker.StatusBudgetExceeded)
-	if !strings.Contains(tr.Reason, "max_turns 3") || tr.Budget.Usage.Turns != 3 {
-		t.Fatalf("reason %q, turns %d", tr.Reason, tr.Budget.Usage.Turns)
+	if !strings.Contains(tr.Reason, "max_turns 3") || tr.Budget.Usage.Turns != 3 || tr.Budget.Run.Turns != 3 {
+		t.Fatalf("reason %q, turns %d, run turns %d", tr.Reason, tr.Budget.Usage.Turns, tr.Budget.Run.Turns)
 	}
 	checkCalls(t, tr)
 	if n := len(led.lines(t)); n != 3 {
 		t.Fatalf("tool ran %d times, want 3", n)
 	}
-	var seen []string
-	for len(seen) < 2 {
+	nextStatus := func() string {
+		t.Helper()
 		m, err := statuses.NextMsg(10 * time.Second)
 		if err != nil {
-			t.Fatalf("status messages %v: %v", seen, err)
+			t.Fatalf("status message: %v", err)
 		}
 		var ch worker.StatusChange
 		if err := json.Unmarshal(m.Data, &ch); err != nil {
 			t.Fatal(err)
 		}
-		seen = append(seen, string(ch.Status))
+		return string(ch.Status)
 	}
-	if strings.Join(seen, ",") != "working,budget_exceeded" {
+	if seen := nextStatus() + "," + nextStatus(); seen != "working,budget_exceeded" {
 		t.Fatalf("status messages %v", seen)
 	}
 
-	// The session is over: a new event is dead-lettered, not run.
+	// A new event runs again, with a budget of its own.
 	e.send(t, ref, "more")
-	dlq, err := e.js.Stream(ctx, e.names.StreamDLQ())
+	if seen := nextStatus() + "," + nextStatus(); seen != "working,budget_exceeded" {
+		t.Fatalf("status messages of the second run %v", seen)
+	}
+	tr, err = worker.Show(ctx, e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		m, err := dlq.GetLastMsgForSubject(ctx, e.names.DLQAll())
-		if err != nil {
-			return err
-		}
-		if r := m.Header.Get("Jl-Dlq-Reason"); r != "session is budget_exceeded" {
-			return fmt.Errorf("dead letter reason %q", r)
-		}
-		return nil
-	})
+	if tr.Budget.Usage.Turns != 6 || tr.Budget.Run.Turns != 3 || tr.Status != worker.StatusBudgetExceeded {
+		t.Fatalf("after the second run: %s, lifetime turns %d, run turns %d", tr.Status, tr.Budget.Usage.Turns, tr.Budget.Run.Turns)
+	}
+	checkCalls(t, tr)
+	if n := len(led.lines(t)); n != 6 {
+		t.Fatalf("tool ran %d times, want 6", n)
+	}
 	audit, err := e.js.Stream(ctx, e.names.StreamAudit())
 	if err != nil {
 		t.Fatal(err)
 	}
 	info, err := audit.Info(ctx)
-	if err != nil || info.State.Msgs != 2 {
+	if err != nil || info.State.Msgs != 4 {
 		t.Fatalf("audit records: %+v %v", info.State, err)
+	}
+}
+
+// TestBudgetIsPerRun sends three messages to one session whose runs each
+// take two turns and 200 tokens, under a budget of 2 turns and 250
+// tokens: every run finishes, though the session's totals pass both
+// limits; status and show report both the totals and the last run.
+func TestBudgetIsPerRun(t *testing.T) {
+	e := setup(t)
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	use := policies.Usage{InputTokens: 90, OutputTokens: 10}
+	call := callLedger("Noting.")
+	call.Usage = use
+	answer := policies.ScriptEntry{Text: "Noted.", Usage: use}
+	def := policies.Definition{Name: "demo", Tools: []string{"ledger"}, Budget: policies.Budget{MaxTurns: 2, MaxTokens: 250},
+		Model: scripted(call, answer, call, answer, call, answer)}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}})
+	ref := e.ref(t, "demo", "s1")
+	for i := range 3 {
+		e.send(t, ref, fmt.Sprintf("message %d", i+1))
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+			if err != nil {
+				return err
+			}
+			if tr.Status == worker.StatusBudgetExceeded {
+				t.Fatalf("run %d: %s", i+1, tr.Reason)
+			}
+			if tr.Status != worker.StatusDone || tr.Budget.Usage.Turns != 2*(i+1) {
+				return fmt.Errorf("status %s after %d turns", tr.Status, tr.Budget.Usage.Turns)
+			}
+			return nil
+		})
+	}
+	tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, r := tr.Budget.Usage, tr.Budget.Run; u.Tokens != 600 || r.Turns != 2 || r.Tokens != 200 || r.Started.IsZero() {
+		t.Fatalf("usage %+v, run %+v", u, r)
+	}
+	list, err := worker.List(context.Background(), e.js, e.names)
+	if err != nil || len(list) != 1 || list[0].Turns != 6 || list[0].Tokens != 600 || list[0].RunTurns != 2 || list[0].RunTokens != 200 {
+		t.Fatalf("status list %+v, %v", list, err)
 	}
 }
 
