@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"unicode/utf8"
 )
 
@@ -99,11 +100,68 @@ func (t *CompiledTrigger) RenderPrompt(vars Vars) (string, error) {
 
 type limitedBuilder struct{ strings.Builder }
 
+// noValue is what text/template prints for a missing map key, in a write
+// of its own: a prompt that names a field the event lacks gets nothing
+// there instead.
+const noValue = "<no value>"
+
 func (b *limitedBuilder) Write(p []byte) (int, error) {
+	if string(p) == noValue {
+		return len(p), nil
+	}
 	if b.Len()+len(p) > MaxPromptLen {
 		return 0, fmt.Errorf("rendered prompt exceeds %d bytes", MaxPromptLen)
 	}
 	return b.Builder.Write(p)
+}
+
+// checkPrompt keeps a prompt's rendering linear in the size of the event:
+// a range inside a range, or templates that call templates, could run for
+// as long as their input is large squared (or longer) without writing
+// anything the output bound would stop.
+func checkPrompt(tpl *template.Template) error {
+	if len(tpl.Templates()) > 1 {
+		return errors.New("{{define}} and {{block}} are not supported in a prompt")
+	}
+	var walk func(n parse.Node, inRange bool) error
+	walk = func(n parse.Node, inRange bool) error {
+		switch n := n.(type) {
+		case *parse.ListNode:
+			if n == nil {
+				return nil
+			}
+			for _, c := range n.Nodes {
+				if err := walk(c, inRange); err != nil {
+					return err
+				}
+			}
+		case *parse.RangeNode:
+			if inRange {
+				return fmt.Errorf("line %d: a range inside a range is not supported in a prompt", n.Line)
+			}
+			if err := walk(n.List, true); err != nil {
+				return err
+			}
+			return walk(n.ElseList, inRange)
+		case *parse.IfNode:
+			if err := walk(n.List, inRange); err != nil {
+				return err
+			}
+			return walk(n.ElseList, inRange)
+		case *parse.WithNode:
+			if err := walk(n.List, inRange); err != nil {
+				return err
+			}
+			return walk(n.ElseList, inRange)
+		case *parse.TemplateNode:
+			return fmt.Errorf("line %d: {{template}} is not supported in a prompt", n.Line)
+		}
+		return nil
+	}
+	if tpl.Tree == nil {
+		return nil
+	}
+	return walk(tpl.Tree.Root, false)
 }
 
 // NeedsApproval returns the first approval gate whose condition holds for
@@ -243,6 +301,9 @@ func compile(d Definition, loc locate) (*Compiled, error) {
 		}
 		if t.Prompt != "" {
 			tpl, err := template.New(t.Name).Option("missingkey=zero").Parse(t.Prompt)
+			if err == nil {
+				err = checkPrompt(tpl)
+			}
 			if err != nil {
 				c.add(f+".prompt", fmt.Errorf("template: %w", err))
 			}
