@@ -135,11 +135,7 @@ func position(f *ast.File, field string) (line, col int, style byte) {
 func exprPosition(lines []string, line, col int, style byte, exprLine, exprCol int) (int, int) {
 	if style == 0 {
 		if exprLine == 1 {
-			// Quoted values start one column after their quote.
-			if line-1 < len(lines) && col-1 < len(lines[line-1]) && strings.ContainsRune(`"'`, rune(lines[line-1][col-1])) {
-				col++
-			}
-			return line, col + exprCol - 1
+			return flowPosition(lines, line, col, exprCol)
 		}
 		return line + exprLine - 1, exprCol
 	}
@@ -184,6 +180,72 @@ func exprPosition(lines []string, line, col int, style byte, exprLine, exprCol i
 		rest -= len(content) + 1
 	}
 	return body[len(body)-1], indent + 1
+}
+
+// flowPosition maps a column of a flow scalar's value (plain, single- or
+// double-quoted), which starts at line and col, to the file. YAML folds
+// such a scalar's lines into one, joined by single spaces with each
+// line's surrounding blanks dropped, so CEL reports its errors on line 1
+// of the folded text; walk the source along it. An escape (a doubled
+// single quote, a backslash sequence) is one character of the value.
+func flowPosition(lines []string, line, col, exprCol int) (int, int) {
+	if line < 1 || line > len(lines) || col < 1 || col > len(lines[line-1]) {
+		return line, col + exprCol - 1
+	}
+	quote := lines[line-1][col-1]
+	if quote == '"' || quote == '\'' {
+		col++
+	} else {
+		quote = 0
+	}
+	rest := exprCol - 1
+	n, i := line, col-1
+	for {
+		l := strings.TrimRight(lines[n-1], " \t")
+		for i < len(l) {
+			if rest == 0 {
+				return n, i + 1
+			}
+			switch c := l[i]; {
+			case quote == '\'' && c == '\'' && i+1 < len(l) && l[i+1] == '\'':
+				i += 2
+			case quote == '\'' && c == '\'', quote == '"' && c == '"':
+				return n, i + 1 // the closing quote
+			case quote == '"' && c == '\\':
+				i += escapeLen(l[i+1:]) + 1
+			case quote == 0 && c == '#' && i > 0 && (l[i-1] == ' ' || l[i-1] == '\t'):
+				i = len(l) // a comment ends the line
+				continue
+			default:
+				i++
+			}
+			rest--
+		}
+		if rest == 0 || n == len(lines) {
+			return n, i + 1
+		}
+		rest-- // the space the fold puts between lines
+		n++
+		next := lines[n-1]
+		i = len(next) - len(strings.TrimLeft(next, " \t"))
+	}
+}
+
+// escapeLen is the length of the double-quoted escape that esc starts,
+// after its backslash.
+func escapeLen(esc string) int {
+	if esc == "" {
+		return 0
+	}
+	switch esc[0] {
+	case 'x':
+		return min(3, len(esc))
+	case 'u':
+		return min(5, len(esc))
+	case 'U':
+		return min(9, len(esc))
+	}
+	return 1
 }
 
 // valuePosition finds, for a decoding error without a position (one
