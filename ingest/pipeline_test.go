@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -330,5 +331,29 @@ func TestLargeGitHubBodyIsClaimChecked(t *testing.T) {
 	_, dm := h.lastEvent(t, h.names.StreamDLQ(), dlq)
 	if len(dm.Data) > 4<<10 || !bytes.Contains(dm.Data, []byte(ref.Blob.SHA256)) {
 		t.Fatalf("dead letter data: %d bytes", len(dm.Data))
+	}
+}
+
+// The delegation hops an event sent to /events claims must be a count,
+// since the worker caps delegation depth by it.
+func TestEventsDelegationHopsAreACount(t *testing.T) {
+	h := startDefs(t, nil, reviewerYAML)
+	tests := []struct {
+		name, hops string
+		status     int
+	}{
+		{name: "count", hops: "3", status: http.StatusAccepted},
+		{name: "negative", hops: "-1", status: http.StatusBadRequest},
+		{name: "not a number", hops: "many", status: http.StatusBadRequest},
+		{name: "too deep", hops: "1001", status: http.StatusBadRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"specversion":"1.0","id":%q,"source":"/test","type":"dev.example.thing","jlhops":%q}`, "hops-"+tt.name, tt.hops)
+			r := post(t, h.url+"/events", map[string]string{"Content-Type": "application/cloudevents+json", "Authorization": "Bearer " + token}, []byte(body))
+			if r.status != tt.status {
+				t.Fatalf("status %d, want %d: %s", r.status, tt.status, r.raw)
+			}
+		})
 	}
 }

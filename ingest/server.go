@@ -38,6 +38,9 @@ const (
 	MaxRequestBody = 1 << 20
 	// MaxIdempotencyKey bounds an Idempotency-Key header.
 	MaxIdempotencyKey = 256
+	// MaxHops bounds the delegation hops (events.ExtHops) an event sent
+	// to POST /events may claim.
+	MaxHops = 1000
 )
 
 // Config configures a Server.
@@ -305,6 +308,12 @@ func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer,
 	e := *ep
 	if err := e.Validate(); err != nil {
 		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	// The worker caps delegation depth by this count: it must be one.
+	if v, ok := e.Extensions()[events.ExtHops]; ok {
+		if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 0 || n > MaxHops {
+			return e, nil, fmt.Errorf("%w: extension %s %q: want a whole number from 0 to %d", ErrBadRequest, events.ExtHops, fmt.Sprint(v), MaxHops)
+		}
 	}
 	// What ToMsg refuses could never be published: refuse it now.
 	if _, err := events.ToMsg("ingest.check", e); err != nil {
