@@ -119,7 +119,9 @@ func TestControlCrash(t *testing.T) {
 		tr := e.waitStatus(t, ref, worker.StatusCancelled, first, second)
 		results := checkOneResult(t, tr)
 		for id, r := range results {
-			if r.Result != "cancelled" || !r.IsError {
+			// The call's intent was written: for all the worker that
+			// comes next knows, it may have run.
+			if r.Result != "cancelled; may or may not have run" || !r.IsError {
 				t.Errorf("call %s: result %+v", id, r)
 			}
 			if runs := ledgerCounts(t, filepath.Join(e.dir, "ledger"))["s1 "+id]; runs != 0 {

@@ -153,7 +153,7 @@ func TestDevCancelByNatsPub(t *testing.T) {
 	if s.Status != "cancelled" || strings.Join(ks, ",") != "user,assistant,tool_call,control,tool_result" {
 		t.Fatalf("show: %s %v", s.Status, ks)
 	}
-	if r := s.Transcript[4]; r["result"] != "cancelled" || r["is_error"] != true {
+	if r := s.Transcript[4]; r["result"] != "cancelled; may or may not have run" || r["is_error"] != true {
 		t.Fatalf("shell result %v", r)
 	}
 }

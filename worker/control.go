@@ -443,17 +443,13 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 }
 
 // settleOpen ends the step in flight and answers every outstanding call
-// with an error result text: the step's intent is cleared, a model call
-// it interrupted is counted as possibly billed.
-func (s *session) settleOpen(next *State, text string) []Entry {
-	if p := next.Pending; p != nil {
-		if p.Kind == StepModel {
-			next.UnknownUsage++
-		}
-		next.Steps = p.Step
-		next.Pending = nil
+// with an error result (see closeOpen) saying why: the step's intent is
+// cleared, a model call it interrupted is counted as possibly billed.
+func (s *session) settleOpen(next *State, why string) []Entry {
+	if p := next.Pending; p != nil && p.Kind == StepModel {
+		next.UnknownUsage++
 	}
-	return s.closeCalls(next, text)
+	return s.closeOpen(next, why)
 }
 
 // outstanding finds call id among st's outstanding calls.

@@ -260,9 +260,9 @@ func readPID(t *testing.T, path string) int {
 }
 
 // TestCancelStopsRunningShell cancels a session whose shell call sleeps:
-// the sleep's process is gone, the call gets the result "cancelled", the
-// intent is cleared and the session ends cancelled; later messages do
-// nothing.
+// the sleep's process is gone, the call gets the result "cancelled; may or
+// may not have run" (it ran in part), the intent is cleared and the
+// session ends cancelled; later messages do nothing.
 func TestCancelStopsRunningShell(t *testing.T) {
 	e := setup(t)
 	work := t.TempDir()
@@ -307,7 +307,7 @@ func TestCancelStopsRunningShell(t *testing.T) {
 	if got, want := kinds(tr), "user,assistant,tool_call,control,tool_result"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
-	if r := tr.Transcript[4]; r.Result != "cancelled" || !r.IsError {
+	if r := tr.Transcript[4]; r.Result != "cancelled; may or may not have run" || !r.IsError {
 		t.Fatalf("shell result %+v", r)
 	}
 	if tr.Pending != nil || tr.Reason != "cancelled: stop it" {

@@ -385,26 +385,43 @@ func (s *session) stopBudget(ctx context.Context, next State, entries []Entry, l
 	e := s.entry(&next, KindSystem)
 	e.Text = "budget exceeded: " + reason
 	entries = append(entries, e)
-	entries = append(entries, s.closeCalls(&next, "not run: budget exceeded ("+reason+")")...)
-	next.Pending = nil
+	entries = append(entries, s.closeOpen(&next, "budget exceeded ("+reason+")")...)
 	next.setStatus(StatusBudgetExceeded, reason, time.Now().UTC())
 	s.w.m.budgetStops.WithLabelValues(limit).Inc()
 	s.log.Warn("budget exceeded", "limit", limit, "reason", reason)
 	return s.commit(ctx, entries, next)
 }
 
-// closeCalls answers every outstanding call of next with an error result,
-// so every call in the transcript has exactly one result.
-func (s *session) closeCalls(next *State, text string) []Entry {
+// closeOpen ends the step in flight and answers every outstanding call of
+// next with an error result, so every call in the transcript has exactly
+// one result: the call of a tool step whose intent is written (it may
+// have run, wholly or in part) with "<why>; may or may not have run", so
+// the model does not take it for undone; the others with "not run: <why>".
+func (s *session) closeOpen(next *State, why string) []Entry {
+	inflight := ""
+	if p := next.Pending; p != nil {
+		if p.Kind == StepTool {
+			inflight = p.CallID
+		}
+		next.Steps = p.Step
+		next.Pending = nil
+	}
 	var out []Entry
 	for _, c := range next.Calls {
 		e := s.entry(next, KindToolResult)
-		e.Name, e.CallID, e.Result, e.IsError = c.Name, c.ID, text, true
+		e.Name, e.CallID, e.IsError = c.Name, c.ID, true
+		e.Result = "not run: " + why
+		if c.ID == inflight {
+			e.Result = why + mayHaveRun
+		}
 		out = append(out, e)
 	}
 	next.Calls = nil
 	return out
 }
+
+// mayHaveRun ends the result of a call stopped or lost while it ran.
+const mayHaveRun = "; may or may not have run"
 
 // stepContext is the context of a step's effect: bounded by the run's
 // deadline, and aborted by a cancel or a newer tick (see aborted).
@@ -584,19 +601,22 @@ func (s *session) failStepWith(ctx context.Context, reason string, change func(*
 	if change != nil {
 		change(&next)
 	}
+	return s.failRun(ctx, next, nil, reason, reason)
+}
+
+// failRun ends the run as failed with reason after entries, answering the
+// outstanding calls (see closeOpen) with why.
+func (s *session) failRun(ctx context.Context, next State, entries []Entry, reason, why string) error {
 	e := s.entry(&next, KindSystem)
 	e.Text = reason
-	entries := append([]Entry{e}, s.closeCalls(&next, "not run: "+reason)...)
-	if next.Pending != nil {
-		next.Steps = next.Pending.Step
-	}
-	next.Pending = nil
+	entries = append(entries, e)
+	entries = append(entries, s.closeOpen(&next, why)...)
 	next.setStatus(StatusFailed, reason, time.Now().UTC())
 	return s.commit(ctx, entries, next)
 }
 
 // interruptedText is the result of a call recovery will not run again.
-const interruptedText = "interrupted; may or may not have run"
+const interruptedText = "interrupted" + mayHaveRun
 
 // toolStep runs one tool call: intent, call, settlement. With rec it
 // resumes an earlier worker's intent: the call runs again only if its
@@ -688,18 +708,32 @@ func (s *session) toolStep(ctx context.Context, call CallRef, rec *Intent) error
 	if timedOut && res.isErr {
 		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
 	}
-	if deadline && s.st.tickExpired(time.Now()) {
-		if _, reason := budget(s.st, StepTool, time.Now()); reason == "" {
-			return s.tickTimeout(ctx)
-		}
-	}
 	if deadline {
+		// The run's deadline or its tick's timeout cut the call. A call
+		// that returned its result anyway keeps it; one that was stopped
+		// may have done part of its work.
+		_, reason := budget(s.st, StepTool, time.Now())
+		tickOut := reason == "" && s.st.tickExpired(time.Now())
+		what := "the run's deadline"
+		if tickOut {
+			what = "the tick timeout"
+		}
 		next := s.st.clone()
 		e := s.entry(&next, KindToolResult)
-		e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, "cancelled: the run's deadline passed", true
+		e.Name, e.CallID, e.Result, e.IsError, e.Blob = call.Name, call.ID, cut(res.text, MaxEntryBytes), res.isErr, res.blob
+		if res.isErr || res.block {
+			e.Result = cut(fmt.Sprintf("cancelled by %s%s (%s)", what, mayHaveRun, res.text), MaxEntryBytes)
+			e.IsError, e.Blob = true, ""
+		}
 		next.Calls = next.Calls[1:]
 		next.Steps = in.Step
-		_, reason := budget(next, StepTool, time.Now())
+		next.Pending = nil
+		if tickOut {
+			reason := fmt.Sprintf("%s: the run of tick %s outlived its schedule's timeout", tickTimeoutText, next.Tick.ID)
+			s.log.Warn("tick timeout", "schedule", next.Tick.Schedule, "tick", next.Tick.ID)
+			next.Tick.TimedOut = true
+			return s.failRun(ctx, next, []Entry{e}, reason, reason)
+		}
 		if reason == "" {
 			reason = "deadline passed during a tool call"
 		}

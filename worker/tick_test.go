@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
 )
 
@@ -317,5 +319,95 @@ func TestTickTimeoutAppliesToItsOwnRunOnly(t *testing.T) {
 	st := state(t, e, ref)
 	if st.Tick != nil && (st.Tick.TimedOut || st.Tick.Result != schedule.ResultOK) {
 		t.Fatalf("the tick's record changed after its run: %+v", st.Tick)
+	}
+}
+
+// sleeper is a replay-unsafe tool that runs until its context ends.
+type sleeper struct{ started chan string }
+
+func (sleeper) Spec() tools.Spec {
+	return tools.Spec{Name: "sleep", Description: "sleep", Schema: json.RawMessage(`{"type":"object"}`), State: tools.Resource}
+}
+
+func (s sleeper) Call(ctx context.Context, c tools.Call) (tools.Result, error) {
+	select {
+	case s.started <- c.ID:
+	default:
+	}
+	<-ctx.Done()
+	return tools.Result{}, ctx.Err()
+}
+
+// TestTimeoutDuringToolCall ends a run while the first of its two tool
+// calls runs, by the tick's timeout and by the run's deadline: the call
+// that was running is answered "may or may not have run" (the model must
+// not take it for undone and run it again), the one after it "not run".
+func TestTimeoutDuringToolCall(t *testing.T) {
+	two := policies.ScriptEntry{Text: "Two things.", ToolCalls: []policies.ScriptToolCall{
+		{Name: "sleep", Args: map[string]any{"n": 1}}, {Name: "sleep", Args: map[string]any{"n": 2}}}}
+	sched := policies.Schedule{Name: "drift", Cron: "@every 1h", Timeout: policies.Duration(300 * time.Millisecond)}
+	tests := []struct {
+		name      string
+		def       policies.Definition
+		start     func(t *testing.T, e *env)
+		status    worker.Status
+		inflight  string
+		notRunPfx string
+	}{
+		{
+			name: "tick timeout",
+			def:  monitorDef(sched, two),
+			start: func(t *testing.T, e *env) {
+				fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
+			},
+			status:    worker.StatusFailed,
+			inflight:  "cancelled by the tick timeout; may or may not have run",
+			notRunPfx: "not run: tick timeout",
+		},
+		{
+			name: "run deadline",
+			def: policies.Definition{Name: "mon", Tools: []string{"sleep"}, Model: scripted(two),
+				Budget: policies.Budget{Deadline: policies.Duration(300 * time.Millisecond)}},
+			start: func(t *testing.T, e *env) {
+				e.send(t, e.ref(t, "mon", "drift"), "go")
+			},
+			status:    worker.StatusBudgetExceeded,
+			inflight:  "cancelled by the run's deadline; may or may not have run",
+			notRunPfx: "not run: budget exceeded",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			tc.def.Tools = []string{"sleep"}
+			started := make(chan string, 4)
+			e.start(t, worker.Config{Definitions: defs{"mon": tc.def}, Agents: []string{"mon"}, Tools: worker.ToolMap{"sleep": sleeper{started}}})
+			ref := e.ref(t, "mon", "drift")
+			tc.start(t, e)
+			tr := e.waitStatus(t, ref, tc.status)
+			checkCalls(t, tr)
+			if len(started) != 1 {
+				t.Fatalf("%d calls started, want 1", len(started))
+			}
+			var calls []string
+			results := map[string]worker.Entry{}
+			for _, en := range tr.Transcript {
+				switch en.Kind {
+				case worker.KindToolCall:
+					calls = append(calls, en.CallID)
+				case worker.KindToolResult:
+					results[en.CallID] = en
+				}
+			}
+			if len(calls) != 2 {
+				t.Fatalf("transcript %s", kinds(tr))
+			}
+			if r := results[calls[0]]; !strings.HasPrefix(r.Result, tc.inflight) || !r.IsError {
+				t.Errorf("the running call's result %q, want %q…", r.Result, tc.inflight)
+			}
+			if r := results[calls[1]]; !strings.HasPrefix(r.Result, tc.notRunPfx) || !r.IsError {
+				t.Errorf("the next call's result %q, want %q…", r.Result, tc.notRunPfx)
+			}
+		})
 	}
 }
