@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,18 +49,29 @@ type Component struct {
 }
 
 // stopTimeout bounds how long a process waits for its components once it
-// is asked to stop.
-const stopTimeout = 3 * shutdownGrace
+// is asked to stop: longer than a worker's grace for the steps in flight
+// (worker.DefaultShutdownGrace) plus the release of their leases.
+const stopTimeout = 30 * time.Second
 
 // runComponents runs every component until ctx ends or one fails, then
 // cancels the rest and waits for them, at most stopTimeout.
 func runComponents(ctx context.Context, log *slog.Logger, cs []Component) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(cs))
+	errs := make(chan error, len(cs)+1)
+	var mu sync.Mutex
+	running := map[string]int{}
 	var wg sync.WaitGroup
 	for _, c := range cs {
+		mu.Lock()
+		running[c.Name]++
+		mu.Unlock()
 		wg.Go(func() {
+			defer func() {
+				mu.Lock()
+				running[c.Name]--
+				mu.Unlock()
+			}()
 			err := c.Run(ctx)
 			if err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("component failed", "component", c.Name, "err", err)
@@ -76,7 +89,16 @@ func runComponents(ctx context.Context, log *slog.Logger, cs []Component) error 
 	select {
 	case <-done:
 	case <-time.After(stopTimeout):
-		errs <- fmt.Errorf("components still running %s after stop was asked", stopTimeout)
+		mu.Lock()
+		var names []string
+		for n, k := range running {
+			if k > 0 {
+				names = append(names, n)
+			}
+		}
+		mu.Unlock()
+		sort.Strings(names)
+		errs <- fmt.Errorf("components still running %s after stop was asked: %s", stopTimeout, strings.Join(names, ", "))
 	}
 	var out []error
 	for {
