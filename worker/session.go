@@ -562,13 +562,11 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	a.Usage, a.Model = &u, resp.Model
 	entries = append(entries, a)
 	next.Calls = nil
-	for _, c := range resp.ToolCalls {
+	ids := s.callIDs(resp.ToolCalls, next.NextEntry)
+	for i, c := range resp.ToolCalls {
 		e := s.entry(&next, KindToolCall)
 		e.Turn = in.Turn
-		id := c.ID
-		if id == "" || s.calls[id] || len(id) > 128 {
-			id = fmt.Sprintf("call_%d", e.ID)
-		}
+		id := ids[i]
 		args := c.Args
 		if len(args) == 0 || !json.Valid(args) {
 			args = json.RawMessage(`{}`)
@@ -587,6 +585,35 @@ func (s *session) modelStep(ctx context.Context, rec *Intent) error {
 	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: StepModel, Step: in.Step, Recovery: rec != nil})
 	return nil
+}
+
+// callIDs returns the ids of an answer's tool calls, whose entries will
+// be numbered from first: the model's id where it is usable and unique (in
+// the transcript and in the answer: the first call that uses it keeps
+// it), else call_<entry> made unique against every id of the transcript
+// and of the answer.
+func (s *session) callIDs(calls []model.ToolCall, first uint64) []string {
+	taken := make(map[string]bool, len(calls))
+	keep := make([]bool, len(calls))
+	for i, c := range calls {
+		if c.ID != "" && len(c.ID) <= 128 && !s.calls[c.ID] && !taken[c.ID] {
+			taken[c.ID], keep[i] = true, true
+		}
+	}
+	ids := make([]string, len(calls))
+	for i, c := range calls {
+		if keep[i] {
+			ids[i] = c.ID
+			continue
+		}
+		id := fmt.Sprintf("call_%d", first+uint64(i))
+		for n := 1; s.calls[id] || taken[id]; n++ {
+			id = fmt.Sprintf("call_%d_%d", first+uint64(i), n)
+		}
+		taken[id] = true
+		ids[i] = id
+	}
+	return ids
 }
 
 // failStep ends the run as failed with reason, clearing any intent and

@@ -516,3 +516,59 @@ func TestDeadlineStopsRun(t *testing.T) {
 		t.Fatalf("reason %q, pending %+v, transcript %s", tr.Reason, tr.Pending, kinds(tr))
 	}
 }
+
+// fixedCalls is a model whose first answer makes the given tool calls
+// and whose later answers end the run.
+type fixedCalls struct {
+	mu    sync.Mutex
+	calls []model.ToolCall
+	n     int
+}
+
+func (f *fixedCalls) Complete(context.Context, model.Request) (model.Response, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if f.n == 1 {
+		return model.Response{Text: "Several.", ToolCalls: f.calls}, nil
+	}
+	return model.Response{Text: "Done."}, nil
+}
+
+// TestDuplicateCallIDsInOneAnswer runs an answer whose tool calls share
+// an id, and one whose id is what the worker would generate for another:
+// every call gets an id of its own and exactly one result.
+func TestDuplicateCallIDsInOneAnswer(t *testing.T) {
+	e := setup(t)
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	// Entries: 1 user, 2 assistant, 3-5 the calls: call_4 is the id the
+	// second call would be given.
+	m := &fixedCalls{calls: []model.ToolCall{
+		{ID: "dup", Name: "ledger", Args: json.RawMessage(`{"n":1}`)},
+		{ID: "dup", Name: "ledger", Args: json.RawMessage(`{"n":2}`)},
+		{ID: "call_4", Name: "ledger", Args: json.RawMessage(`{"n":3}`)},
+	}}
+	def := policies.Definition{Name: "demo", Tools: []string{"ledger"}, Model: scripted(policies.ScriptEntry{Text: "unused"})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"},
+		Models: func(policies.Model) (model.Model, error) { return m, nil }})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "go")
+	tr := e.waitStatus(t, ref, worker.StatusDone)
+	checkCalls(t, tr)
+	seen := map[string]bool{}
+	for _, en := range tr.Transcript {
+		if en.Kind != worker.KindToolCall {
+			continue
+		}
+		if seen[en.CallID] {
+			t.Errorf("call id %s used twice: %s", en.CallID, kinds(tr))
+		}
+		seen[en.CallID] = true
+	}
+	if len(seen) != 3 || !seen["dup"] || !seen["call_4"] {
+		t.Errorf("call ids %v", seen)
+	}
+	if n := len(led.lines(t)); n != 3 {
+		t.Errorf("tool ran %d times, want 3", n)
+	}
+}
