@@ -431,6 +431,48 @@ func TestResumeAnswersAskHuman(t *testing.T) {
 	checkCalls(t, tr)
 }
 
+// TestEventWhileBlockedFollowsToolResult sends a message to a session
+// blocked on ask_human, then answers it: the next model call sees the
+// answer's tool call, its result at once, and the message after it, as
+// providers require.
+func TestEventWhileBlockedFollowsToolResult(t *testing.T) {
+	e := setup(t)
+	p := newProbe(false)
+	def := policies.Definition{Name: "asker", Tools: []string{"ask"}, Model: scripted(
+		policies.ScriptEntry{Text: "Let me ask.", ToolCalls: []policies.ScriptToolCall{{Name: "ask", Args: map[string]any{"question": "Deploy to prod?"}}}},
+		policies.ScriptEntry{Text: "Deployed."},
+	)}
+	e.start(t, worker.Config{Definitions: defs{"asker": def}, Tools: worker.ToolMap{"ask": asker{}}, Agents: []string{"asker"}, Models: p.factory})
+	ref := e.ref(t, "asker", "s1")
+	e.send(t, ref, "ship it")
+	e.waitStatus(t, ref, worker.StatusBlocked)
+	seq := e.send(t, ref, "also: after lunch")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.InSeq < seq {
+			return fmt.Errorf("in_seq %d", st.InSeq)
+		}
+		return nil
+	})
+	publish(t, e, ref, control.Message{Verb: control.Resume, Text: "yes"})
+	tr := e.waitStatus(t, ref, worker.StatusDone)
+	if got, want := kinds(tr), "user,assistant,tool_call,system,user,control,tool_result,assistant"; got != want {
+		t.Fatalf("transcript %s, want %s", got, want)
+	}
+	reqs := p.requests()
+	var roles []string
+	for _, m := range reqs[len(reqs)-1].Messages {
+		roles = append(roles, string(m.Role))
+	}
+	want := []string{string(model.RoleUser), string(model.RoleAssistant), string(model.RoleTool), string(model.RoleUser)}
+	if strings.Join(roles, ",") != strings.Join(want, ",") {
+		t.Fatalf("roles of the model call after the answer: %v, want %v", roles, want)
+	}
+	msgs := reqs[len(reqs)-1].Messages
+	if msgs[2].ToolResults[0].Content != "yes" || !strings.Contains(msgs[3].Text, "also: after lunch") {
+		t.Fatalf("messages %+v", msgs)
+	}
+}
+
 func gatedDef() policies.Definition {
 	return policies.Definition{Name: "gated", Tools: []string{"ledger"},
 		Approvals: []policies.Approval{{Name: "ledger-writes", When: `tool.name == "ledger" && tool.args.note != "harmless"`}},

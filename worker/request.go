@@ -16,8 +16,10 @@ const maxEventText = 64 << 10
 
 // buildRequest renders the transcript as the model's conversation: inputs
 // and steers as user messages, each answer with its tool calls, and the
-// calls' results. System entries are the runtime's notes, not context;
-// of the control entries only steer and resume texts are.
+// calls' results right after it (inputs recorded while calls waited for
+// their results follow the results). System entries are the runtime's
+// notes, not context; of the control entries only steer and resume texts
+// are.
 func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Request {
 	req := model.Request{
 		Model:       def.Model.Name,
@@ -38,6 +40,25 @@ func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Req
 		}
 		return &msgs[len(msgs)-1]
 	}
+	user := func(text string) {
+		if l := last(); l != nil && l.Role == model.RoleUser {
+			l.Text += "\n\n" + text
+			return
+		}
+		msgs = append(msgs, model.Message{Role: model.RoleUser, Text: text})
+	}
+	// open are the calls of the last answer still without a result. Inputs
+	// recorded meanwhile (an event that reached a blocked session, a
+	// resume's text) wait in held until every call is answered: providers
+	// want an answer's tool calls followed by their results at once.
+	open := map[string]bool{}
+	var held []string
+	release := func() {
+		for _, text := range held {
+			user(text)
+		}
+		held = nil
+	}
 	for _, e := range entries {
 		switch e.Kind {
 		case KindEvent, KindUser, KindControl:
@@ -50,26 +71,34 @@ func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Req
 			if e.Kind == KindControl {
 				text = "[" + e.Name + "] " + text
 			}
-			if l := last(); l != nil && l.Role == model.RoleUser {
-				l.Text += "\n\n" + text
+			if len(open) > 0 {
+				held = append(held, text)
 				continue
 			}
-			msgs = append(msgs, model.Message{Role: model.RoleUser, Text: text})
+			user(text)
 		case KindAssistant:
+			clear(open)
+			release()
 			msgs = append(msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
 		case KindToolCall:
 			if l := last(); l != nil && l.Role == model.RoleAssistant {
 				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
+				open[e.CallID] = true
 			}
 		case KindToolResult:
 			r := model.ToolResult{CallID: e.CallID, Content: e.Result, IsError: e.IsError}
 			if l := last(); l != nil && l.Role == model.RoleTool {
 				l.ToolResults = append(l.ToolResults, r)
-				continue
+			} else {
+				msgs = append(msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
 			}
-			msgs = append(msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
+			delete(open, e.CallID)
+			if len(open) == 0 {
+				release()
+			}
 		}
 	}
+	release()
 	req.Messages = msgs
 	return req
 }
