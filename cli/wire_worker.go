@@ -36,8 +36,11 @@ func workerCommands() []command {
 // workerComponent returns one worker with identity id, running every agent
 // in jl_agents with the built-in tools and the model providers. The
 // environment may set JETLOOP_WORK_DIR (the folder of the sessions' work
-// folders), JETLOOP_LEASE_TTL and JETLOOP_ACK_WAIT (durations; every
-// worker of a deployment must agree on the latter).
+// folders, <dir>/<agent>/<session>: one root shared by every worker of the
+// machine, so a session finds its files whichever worker runs it; its
+// lease keeps two workers out of it at once), JETLOOP_LEASE_TTL and
+// JETLOOP_ACK_WAIT (durations; every worker of a deployment must agree on
+// the latter).
 func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, error) {
 	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
 	if err != nil {
@@ -80,7 +83,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log))
 		},
 		Tools:    worker.RegistryTools(registry),
-		WorkDir:  filepath.Join(workDir, id),
+		WorkDir:  workDir,
 		LeaseTTL: leaseTTL,
 		AckWait:  ackWait,
 		Log:      log,

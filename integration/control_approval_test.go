@@ -97,7 +97,7 @@ func TestDevApprovalGateAndFork(t *testing.T) {
 	if row.WaitingFor == "" || row.Since.IsZero() {
 		t.Fatalf("status row %+v", row)
 	}
-	ledger := filepath.Join(work, "dev-1", "gated", "s1", "ledger.txt")
+	ledger := filepath.Join(work, "gated", "s1", "ledger.txt")
 	if _, err := os.Stat(ledger); !os.IsNotExist(err) {
 		t.Fatalf("the gated call ran before approval: %v", err)
 	}
@@ -134,7 +134,7 @@ func TestDevApprovalGateAndFork(t *testing.T) {
 	if denied != 1 {
 		t.Fatalf("fork transcript has %d denials: %v", denied, s.Transcript)
 	}
-	if _, err := os.Stat(filepath.Join(work, "dev-1", "gated", "s1-again", "ledger.txt")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(work, "gated", "s1-again", "ledger.txt")); !os.IsNotExist(err) {
 		t.Fatalf("the denied call ran: %v", err)
 	}
 	// The original is as it was.

@@ -104,7 +104,7 @@ func TestDevCancelByNatsPub(t *testing.T) {
 	if _, err := jetloopCmd(t, bin, "send", "--server", url, "sleeper", "s1", "sleep"); err != nil {
 		t.Fatal(err)
 	}
-	pidFile := filepath.Join(work, "dev-1", "sleeper", "s1", "pid.txt")
+	pidFile := filepath.Join(work, "sleeper", "s1", "pid.txt")
 	var pid int
 	natstest.WaitFor(t, time.Minute, func() error {
 		b, err := os.ReadFile(pidFile)

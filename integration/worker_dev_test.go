@@ -142,7 +142,7 @@ func TestDevRunsExampleAndSurvivesKill(t *testing.T) {
 	if _, err := jetloopCmd(t, bin, "send", "--server", url, "slow", "s1", "go"); err != nil {
 		t.Fatal(err)
 	}
-	ledgerPath := filepath.Join(work, "dev-1", "slow", "s1", "ledger.txt")
+	ledgerPath := filepath.Join(work, "slow", "s1", "ledger.txt")
 	natstest.WaitFor(t, time.Minute, func() error {
 		b, err := os.ReadFile(ledgerPath)
 		if err != nil || !strings.Contains(string(b), "start") {
