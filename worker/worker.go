@@ -154,6 +154,9 @@ func (w *Worker) serveDiscovered(ctx context.Context) error {
 			return nil
 		case e, ok := <-watch.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // stopping: the watch closed with ctx
+				}
 				return fmt.Errorf("worker: watch of %s closed", w.names.BucketAgents())
 			}
 			if e == nil {
