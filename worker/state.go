@@ -93,17 +93,26 @@ type Entry struct {
 	Event *EventRef `json:"event,omitempty"`
 }
 
-// MarshalJSON writes is_error on every tool_result entry, false included,
-// so machines need not guess what an absent field means.
+// MarshalJSON writes the fields a kind always has even when empty, so
+// machines need not guess what an absent field means: result and
+// is_error on every tool_result entry (an empty output, false), text on
+// every assistant entry (an answer with only tool calls).
 func (e Entry) MarshalJSON() ([]byte, error) {
 	type plain Entry
-	if e.Kind != KindToolResult {
-		return marshal(plain(e))
+	switch e.Kind {
+	case KindToolResult:
+		return marshal(struct {
+			plain
+			Result  string `json:"result"`
+			IsError bool   `json:"is_error"`
+		}{plain(e), e.Result, e.IsError})
+	case KindAssistant:
+		return marshal(struct {
+			plain
+			Text string `json:"text"`
+		}{plain(e), e.Text})
 	}
-	return marshal(struct {
-		plain
-		IsError bool `json:"is_error"`
-	}{plain(e), e.IsError})
+	return marshal(plain(e))
 }
 
 // marshal is json.Marshal without HTML escaping: transcripts hold shell
