@@ -13,8 +13,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
@@ -23,7 +25,8 @@ import (
 )
 
 // workerCommands are the client verbs of the session side (send, status,
-// show, tail).
+// show, tail): thin clients of the runtime API (jl.api.*), which `jetloop
+// dev` and `jetloop ingest` serve.
 func workerCommands() []command {
 	return []command{
 		{name: "send", summary: "send a message to a session: send AGENT SESSION TEXT", run: runSend},
@@ -188,10 +191,12 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	seq, err := worker.Send(ctx, rt.JS, rt.Names, ref, worker.Request{Text: rest[2], ID: id})
+	c := api.NewClient(rt.NC, rt.Names)
+	sent, err := c.Send(ctx, api.SendRequest{Agent: ref.Agent, Session: ref.Session, Text: rest[2], ID: id})
 	if err != nil {
 		return err
 	}
+	seq := sent.Seq
 	if !wait {
 		if cf.json {
 			return json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq})
@@ -203,11 +208,11 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	defer cancel()
 	var final *worker.State
 	var answer string
-	err = worker.Follow(wctx, rt.JS, rt.Names, ref, func(u worker.Update) error {
+	err = follow(wctx, rt, c, ref, func(u worker.Update) error {
 		switch {
 		case u.Entry != nil && u.Entry.Kind == worker.KindAssistant:
 			answer = u.Entry.Text
-		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting():
+		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Pending == nil:
 			final = u.State
 			return worker.ErrStop
 		}
@@ -251,15 +256,16 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stderr, "jetloop status: unexpected argument %q\n", rest[0])
 		return errUsage
 	}
-	all, err := worker.List(ctx, rt.JS, rt.Names)
+	resp, err := api.NewClient(rt.NC, rt.Names).Status(ctx, api.StatusRequest{Agent: agent, Status: status})
 	if err != nil {
 		return err
 	}
-	rows := make([]worker.Summary, 0, len(all))
-	for _, s := range all {
-		if (agent == "" || s.Agent == agent) && (status == "" || string(s.Status) == status) {
-			rows = append(rows, s)
-		}
+	rows := resp.Sessions
+	if rows == nil {
+		rows = []worker.Summary{}
+	}
+	if resp.Truncated {
+		fmt.Fprintf(env.Stderr, "jetloop status: only the first %d sessions fit one answer; narrow with --agent or --status\n", len(rows))
 	}
 	if cf.json {
 		enc := json.NewEncoder(env.Stdout)
@@ -294,8 +300,8 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tr, err := worker.Show(ctx, rt.JS, rt.Names, ref)
-	if errors.Is(err, worker.ErrNotFound) {
+	tr, err := showAll(ctx, api.NewClient(rt.NC, rt.Names), ref, 1)
+	if errors.Is(err, api.ErrNotFound) {
 		return fmt.Errorf("no session %s (see 'jetloop status')", ref)
 	}
 	if err != nil {
@@ -357,7 +363,7 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetEscapeHTML(false)
 	var last worker.Status
-	return worker.Follow(ctx, rt.JS, rt.Names, ref, func(u worker.Update) error {
+	return follow(ctx, rt, api.NewClient(rt.NC, rt.Names), ref, func(u worker.Update) error {
 		if u.Entry != nil {
 			if cf.json {
 				return enc.Encode(map[string]any{"entry": u.Entry})
@@ -389,6 +395,142 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 		}
 		return nil
 	})
+}
+
+// How often a follower of a session (send --wait, tail) asks the API for
+// what is new. A status change wakes it at once (jl.status.<agent>.<session>);
+// entries of a working run come at the next poll.
+const (
+	followPollWorking = 500 * time.Millisecond
+	followPollResting = 2 * time.Second
+	// maxShowPages bounds the requests of one showAll.
+	maxShowPages = 10_000
+)
+
+// showAll reads a session's state and its transcript from entry from
+// through the API, in as many requests as the transcript's size takes.
+// Entries never change once written, so the pages and the state of the
+// last one are consistent.
+func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64) (worker.Transcript, error) {
+	entries := []worker.Entry{}
+	for range maxShowPages {
+		resp, err := c.Show(ctx, api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: from})
+		if err != nil {
+			return worker.Transcript{}, err
+		}
+		entries = append(entries, resp.Transcript.Transcript...)
+		if !resp.Truncated {
+			tr := resp.Transcript
+			tr.Transcript = entries
+			return tr, nil
+		}
+		if resp.Next <= from {
+			return worker.Transcript{}, fmt.Errorf("show %s: the API answered a truncated transcript without progress (next %d after %d)", ref, resp.Next, from)
+		}
+		from = resp.Next
+	}
+	return worker.Transcript{}, fmt.Errorf("show %s: more than %d pages", ref, maxShowPages)
+}
+
+// follow calls fn with a session's transcript entries in order, from the
+// first, and with its state whenever it changes, read through the API,
+// until ctx ends or fn returns an error (which follow returns;
+// worker.ErrStop ends it cleanly). A session that does not exist yet is
+// waited for.
+func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.SessionRef, fn func(worker.Update) error) error {
+	wake := make(chan struct{}, 1)
+	sub, err := rt.NC.Subscribe(rt.Names.Status(ref), func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("follow %s: subscribe to %s: %w", ref, rt.Names.Status(ref), err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	next := uint64(1)
+	var last *followed
+	for {
+		tr, err := showAll(ctx, c, ref, next)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, api.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			for i := range tr.Transcript {
+				e := tr.Transcript[i]
+				if e.ID < next {
+					continue
+				}
+				next = e.ID + 1
+				if err := fn(worker.Update{Entry: &e}); err != nil {
+					return stopped(err)
+				}
+			}
+			st := stateOf(tr, next)
+			if f := followedOf(st); last == nil || *last != f {
+				last = &f
+				if err := fn(worker.Update{State: &st}); err != nil {
+					return stopped(err)
+				}
+			}
+		}
+		poll := followPollResting
+		if last != nil && last.status == worker.StatusWorking {
+			poll = followPollWorking
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func stopped(err error) error {
+	if errors.Is(err, worker.ErrStop) {
+		return nil
+	}
+	return err
+}
+
+// followed is what of a state makes follow report it again.
+type followed struct {
+	status             worker.Status
+	since              time.Time
+	reason, waitingFor string
+	inSeq, ctlSeq      uint64
+	pendingStep        uint64
+	nextEntry          uint64
+	owner              string
+}
+
+func followedOf(st worker.State) followed {
+	f := followed{status: st.Status, since: st.Since, reason: st.Reason, waitingFor: st.WaitingFor,
+		inSeq: st.InSeq, ctlSeq: st.CtlSeq, nextEntry: st.NextEntry, owner: st.Owner}
+	if st.Pending != nil {
+		f.pendingStep = st.Pending.Step
+	}
+	return f
+}
+
+// stateOf is the part of a session's state that show answers with.
+func stateOf(tr worker.Transcript, nextEntry uint64) worker.State {
+	return worker.State{
+		Agent: tr.Agent, Session: tr.Session, Status: tr.Status, Since: tr.Since,
+		Reason: tr.Reason, WaitingFor: tr.WaitingFor, Parent: tr.Parent, ForkTurn: tr.ForkTurn,
+		DefinitionVersion: tr.DefinitionVersion, Limits: tr.Budget.Limits,
+		Turns: tr.Budget.Usage.Turns, RunTurns: tr.Budget.Run.Turns, UnknownUsage: tr.Budget.Usage.UnknownUsageCalls,
+		RunStarted: tr.Budget.Run.Started, Pending: tr.Pending, Steers: tr.Steers,
+		InSeq: tr.InSeq, CtlSeq: tr.CtlSeq, Owner: tr.Owner, NextEntry: nextEntry,
+	}
 }
 
 // printEntry writes one transcript entry for people.

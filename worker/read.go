@@ -146,7 +146,14 @@ type Transcript struct {
 	Steers []Steer `json:"steers,omitempty"`
 	Budget Budget  `json:"budget"`
 	// Pending is the step in flight (or interrupted), if any.
-	Pending    *Intent `json:"pending,omitempty"`
+	Pending *Intent `json:"pending,omitempty"`
+	// InSeq is the JL_IN sequence of the last input the session recorded
+	// (a message sent with that sequence or before has been handled), and
+	// CtlSeq that of the last control message applied.
+	InSeq  uint64 `json:"in_seq"`
+	CtlSeq uint64 `json:"ctl_seq"`
+	// Owner is the worker that wrote the state last.
+	Owner      string  `json:"owner,omitempty"`
 	Transcript []Entry `json:"transcript"`
 }
 
@@ -179,7 +186,8 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 			Turns: st.RunTurns, InputTokens: st.RunUsage.InputTokens, OutputTokens: st.RunUsage.OutputTokens,
 			Tokens: st.RunUsage.Tokens(), CostUSD: st.RunUsage.CostUSD, Started: st.RunStarted,
 		}},
-		Pending:    st.Pending,
+		Pending: st.Pending,
+		InSeq:   st.InSeq, CtlSeq: st.CtlSeq, Owner: st.Owner,
 		Transcript: entries,
 	}, nil
 }
