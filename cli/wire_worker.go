@@ -208,9 +208,18 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	defer cancel()
 	var final *worker.State
 	var answer string
+	// Only an answer of the run this message started counts: from the
+	// message's entry to the next input's.
+	ours := false
 	err = follow(wctx, rt, c, ref, func(u worker.Update) error {
 		switch {
-		case u.Entry != nil && u.Entry.Kind == worker.KindAssistant:
+		case u.Entry != nil && u.Entry.Event != nil && (u.Entry.Kind == worker.KindUser || u.Entry.Kind == worker.KindEvent):
+			if u.Entry.Event.Seq == seq {
+				ours, answer = true, ""
+			} else if u.Entry.Event.Seq > seq {
+				ours = false
+			}
+		case u.Entry != nil && u.Entry.Kind == worker.KindAssistant && ours:
 			answer = u.Entry.Text
 		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Pending == nil:
 			final = u.State

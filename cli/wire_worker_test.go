@@ -63,4 +63,37 @@ func TestSessionVerbsThroughTheAPI(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "[1] ") || !strings.Contains(out, "tool_result shell") || !strings.Contains(out, "\n[5] ") || !strings.HasSuffix(out, "-- done\n") {
 		t.Fatalf("tail --until-rest: exit %d, stdout:\n%s\nstderr: %s", code, out, errs)
 	}
+
+	// send --wait prints the answer of the run the message started only:
+	// a second run that fails before answering has none.
+	def := filepath.Join(t.TempDir(), "flaky.yaml")
+	if err := os.WriteFile(def, []byte(`name: flaky
+model:
+  provider: scripted
+  script:
+    - text: the first answer
+    - error: server_error
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin := []string{"--server", strings.Replace(natsURL, "nats://", "nats://admin:admin-pw@", 1)}
+	if code, out, errs := run(t, nil, append([]string{"apply", def}, admin...)...); code != 0 {
+		t.Fatalf("apply: exit %d: %s %s", code, out, errs)
+	}
+	code, out, errs = run(t, nil, append([]string{"send", "--wait", "--timeout", "1m", "flaky", "s1", "one"}, viewer...)...)
+	if code != 0 || out != "flaky/s1 done\nthe first answer\n" {
+		t.Fatalf("first send --wait: exit %d, %q %s", code, out, errs)
+	}
+	code, out, errs = run(t, nil, append([]string{"send", "--wait", "--json", "--timeout", "1m", "flaky", "s1", "two"}, viewer...)...)
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+		t.Fatalf("second send --wait: exit %d, %v, %q %s", code, err, out, errs)
+	}
+	if got["status"] != "failed" || got["answer"] != "" {
+		t.Fatalf("second send --wait printed %s: want the failure and no answer", out)
+	}
 }
