@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -222,6 +223,13 @@ func (s *session) input(ctx context.Context, in *input) error {
 	e.Name = ev.Type()
 	e.Event = &EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
 	e.Text = eventText(ev.Type(), ev.DataContentType(), ev.Source(), ev.Subject(), ev.Data())
+	// The admitting trigger's prompt template, rendered at ingest, leads
+	// the turn's message; the event follows it.
+	if p, perr := admission.Prompt(ev); perr != nil {
+		s.log.Warn("unreadable trigger prompt; the event goes without it", "seq", in.seq, "err", perr)
+	} else if p != "" {
+		e.Text = p + "\n\n" + e.Text
+	}
 	if ev.Type() == events.TypeRequest {
 		e.Kind = KindUser
 	}
