@@ -19,8 +19,8 @@ import (
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 type harness struct {
@@ -245,7 +245,7 @@ func TestApplyAndAgents(t *testing.T) {
 }
 
 // putSession writes a session's state and transcript as a worker would.
-func (h *harness) putSession(t *testing.T, st worker.State, entries []worker.Entry) {
+func (h *harness) putSession(t *testing.T, st record.State, entries []record.Entry) {
 	t.Helper()
 	kv, err := h.js.KeyValue(ctx(t), h.names.BucketSessions())
 	if err != nil {
@@ -284,12 +284,14 @@ func TestSendStatusShow(t *testing.T) {
 	}
 
 	now := time.Now().UTC().Truncate(time.Second)
-	h.putSession(t, worker.State{Agent: "demo", Session: "s1", Status: worker.StatusBlocked, Since: now, WaitingFor: "toolu_9", Turns: 1}, nil)
-	var entries []worker.Entry
+	blocked := record.NewState("demo", "s1", now)
+	blocked.Status, blocked.WaitingFor, blocked.Turns = record.StatusBlocked, "toolu_9", 1
+	h.putSession(t, blocked, nil)
+	var entries []record.Entry
 	for i := range 40 {
-		entries = append(entries, worker.Entry{ID: uint64(i + 1), Kind: worker.KindUser, Turn: i / 2, Time: now, Text: strings.Repeat("x", 4<<10)})
+		entries = append(entries, record.Entry{ID: uint64(i + 1), Kind: record.KindUser, Turn: i / 2, Time: now, Text: strings.Repeat("x", 4<<10)})
 	}
-	h.putSession(t, worker.State{Agent: "pr-reviewer", Session: "octo/repo#12", Status: worker.StatusIdle, Since: now}, entries)
+	h.putSession(t, record.NewState("pr-reviewer", "octo/repo#12", now), entries)
 
 	st, err := h.client.Status(ctx(t), api.StatusRequest{Status: "blocked"})
 	if err != nil {
@@ -314,7 +316,7 @@ func TestSendStatusShow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sh.Agent != "pr-reviewer" || sh.Status != worker.StatusIdle {
+		if sh.Agent != "pr-reviewer" || sh.Status != record.StatusIdle {
 			t.Fatalf("show: %+v", sh.Transcript)
 		}
 		for _, e := range sh.Transcript.Transcript {
@@ -465,8 +467,8 @@ func TestHTTP(t *testing.T) {
 		}
 	})
 	t.Run("sessions", func(t *testing.T) {
-		h.putSession(t, worker.State{Agent: "demo", Session: "s1", Status: worker.StatusPaused, Since: time.Now()}, nil)
-		h.putSession(t, worker.State{Agent: "demo", Session: "s2", Status: worker.StatusDone, Since: time.Now()}, nil)
+		h.putSession(t, stateAt("demo", "s1", record.StatusPaused), nil)
+		h.putSession(t, stateAt("demo", "s2", record.StatusDone), nil)
 		code, out := do(t, srv.URL, http.MethodGet, "/v1/sessions?status=paused", "t0ken", "", "")
 		if code != 200 {
 			t.Fatalf("status %d: %v", code, out)
@@ -479,4 +481,11 @@ func TestHTTP(t *testing.T) {
 			t.Errorf("sessions without a token: %d", code)
 		}
 	})
+}
+
+// stateAt is a new session's state in status st.
+func stateAt(agent, session string, st record.Status) record.State {
+	s := record.NewState(agent, session, time.Now().UTC())
+	s.Status = st
+	return s
 }

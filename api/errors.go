@@ -13,7 +13,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
-	"github.com/jetloop/jetloop/worker"
+	"github.com/jetloop/jetloop/record"
 )
 
 // Sentinels that an *Error matches by its code.
@@ -72,7 +72,7 @@ func classify(err error) *Error {
 		return e
 	case errors.Is(err, control.ErrInvalid), errors.Is(err, policies.ErrInvalid):
 		return &Error{Code: http.StatusBadRequest, Message: err.Error()}
-	case errors.Is(err, worker.ErrNotFound), errors.Is(err, policies.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound), errors.Is(err, policies.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
 		return &Error{Code: http.StatusNotFound, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return &Error{Code: http.StatusGatewayTimeout, Message: err.Error()}

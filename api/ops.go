@@ -15,6 +15,7 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
@@ -147,11 +148,11 @@ func (s *Service) send(ctx context.Context, req SendRequest) (SendResponse, erro
 }
 
 func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse, error) {
-	all, err := worker.List(ctx, s.js, s.names)
+	all, err := record.List(ctx, s.js, s.names)
 	if err != nil {
 		return StatusResponse{}, err
 	}
-	rows := make([]worker.Summary, 0, len(all))
+	rows := make([]record.Summary, 0, len(all))
 	for _, x := range all {
 		if (req.Agent == "" || x.Agent == req.Agent) && (req.Status == "" || string(x.Status) == req.Status) {
 			rows = append(rows, x)
@@ -169,13 +170,13 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 	if err != nil {
 		return ShowResponse{}, err
 	}
-	tr, err := worker.Show(ctx, s.js, s.names, ref)
+	tr, err := record.Show(ctx, s.js, s.names, ref)
 	if err != nil {
 		return ShowResponse{}, err
 	}
 	entries := tr.Transcript
 	if req.From > 1 {
-		i, _ := slices.BinarySearchFunc(entries, req.From, func(e worker.Entry, id uint64) int {
+		i, _ := slices.BinarySearchFunc(entries, req.From, func(e record.Entry, id uint64) int {
 			switch {
 			case e.ID < id:
 				return -1
@@ -187,7 +188,7 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 		entries = entries[i:]
 	}
 	out := ShowResponse{Transcript: tr}
-	out.Transcript.Transcript = []worker.Entry{}
+	out.Transcript.Transcript = []record.Entry{}
 	head, err := json.Marshal(out)
 	if err != nil {
 		return ShowResponse{}, fmt.Errorf("api: show %s: %w", ref, err)

@@ -6,8 +6,8 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // Endpoint names: the last token of each endpoint's subject,
@@ -98,7 +98,7 @@ type StatusRequest struct {
 // they would not fit one response, the first ones are given and Truncated
 // is set.
 type StatusResponse struct {
-	Sessions  []worker.Summary `json:"sessions"`
+	Sessions  []record.Summary `json:"sessions"`
 	Truncated bool             `json:"truncated,omitempty"`
 }
 
@@ -114,7 +114,7 @@ type ShowRequest struct {
 // would not fit one response, it holds the entries that do, Truncated is
 // set and Next is the From of the next request.
 type ShowResponse struct {
-	worker.Transcript
+	record.Transcript
 	Truncated bool   `json:"truncated,omitempty"`
 	Next      uint64 `json:"next,omitempty"`
 }

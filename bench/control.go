@@ -15,6 +15,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -231,7 +232,7 @@ func benchControl(ctx context.Context, e *env) (map[string]float64, error) {
 			return nil, err
 		}
 		cancelTool = append(cancelTool, returned.Sub(t0))
-		end, err := watch.until(ctx, ref, worker.StatusCancelled, wait)
+		end, err := watch.until(ctx, ref, record.StatusCancelled, wait)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
@@ -46,7 +47,7 @@ func benchIdle(ctx context.Context, e *env) (map[string]float64, error) {
 		case <-timeout.C:
 			return nil, fmt.Errorf("%d of %d sessions done within 30 minutes", len(done), n)
 		case m := <-watch.ch:
-			if ch, ok := decodeStatus(m.Data); ok && ch.Agent == "idle" && ch.Status == worker.StatusDone && !done[ch.Session] {
+			if ch, ok := decodeStatus(m.Data); ok && ch.Agent == "idle" && ch.Status == record.StatusDone && !done[ch.Session] {
 				done[ch.Session] = true
 				if len(done)%1000 == 0 {
 					e.cfg.Log.Info("idle sessions done", "done", len(done), "of", n)

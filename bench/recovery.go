@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
@@ -135,7 +136,7 @@ func benchRecovery(ctx context.Context, e *env) (map[string]float64, error) {
 		}
 		t0 := time.Now()
 		p.kill()
-		end, err := watch.until(ctx, ref, worker.StatusDone, 5*time.Minute)
+		end, err := watch.until(ctx, ref, record.StatusDone, 5*time.Minute)
 		if err != nil {
 			return nil, err
 		}
@@ -163,8 +164,8 @@ func benchRecovery(ctx context.Context, e *env) (map[string]float64, error) {
 func awaitToolIntent(ctx context.Context, e *env, ref streams.SessionRef) (string, error) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		tr, err := worker.Show(ctx, e.js, e.names, ref)
-		if err == nil && tr.Pending != nil && tr.Pending.Kind == worker.StepTool {
+		tr, err := record.Show(ctx, e.js, e.names, ref)
+		if err == nil && tr.Pending != nil && tr.Pending.Kind == record.StepTool {
 			return tr.Pending.Owner, nil
 		}
 		select {

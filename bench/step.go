@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -78,7 +79,7 @@ func (e *env) watchStatus() (*statusWatch, error) {
 }
 
 // until waits for a change of ref to status st.
-func (w *statusWatch) until(ctx context.Context, ref streams.SessionRef, st worker.Status, timeout time.Duration) (time.Time, error) {
+func (w *statusWatch) until(ctx context.Context, ref streams.SessionRef, st record.Status, timeout time.Duration) (time.Time, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -122,17 +123,17 @@ func benchStep(ctx context.Context, e *env) (map[string]float64, error) {
 	if _, err := worker.Send(ctx, e.js, e.names, ref, worker.Request{Text: "go"}); err != nil {
 		return nil, err
 	}
-	end, err := watch.until(ctx, ref, worker.StatusBudgetExceeded, 10*time.Minute)
+	end, err := watch.until(ctx, ref, record.StatusBudgetExceeded, 10*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := worker.Show(ctx, e.js, e.names, ref)
+	tr, err := record.Show(ctx, e.js, e.names, ref)
 	if err != nil {
 		return nil, err
 	}
 	steps := 0
 	for _, en := range tr.Transcript {
-		if en.Kind == worker.KindAssistant || en.Kind == worker.KindToolResult {
+		if en.Kind == record.KindAssistant || en.Kind == record.KindToolResult {
 			steps++
 		}
 	}
@@ -165,7 +166,8 @@ func rawSteps(ctx context.Context, e *env, n int) ([]time.Duration, error) {
 	}
 	ref, _ := streams.NewSessionRef("bench", "raw")
 	key := e.names.StateKey(ref)
-	st := worker.State{Agent: "bench", Session: "raw", Status: worker.StatusWorking, NextEntry: 1, Created: time.Now().UTC()}
+	st := record.NewState("bench", "raw", time.Now().UTC())
+	st.Status = record.StatusWorking
 	b, _ := json.Marshal(st)
 	rev, err := kv.Create(ctx, key, b)
 	if err != nil {
@@ -174,7 +176,7 @@ func rawSteps(ctx context.Context, e *env, n int) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, n)
 	for i := range n {
 		t0 := time.Now()
-		st.Pending = &worker.Intent{Kind: worker.StepModel, Step: st.Steps + 1, Turn: st.Turns, Entry: st.NextEntry, Owner: "raw", Started: time.Now().UTC()}
+		st.Pending = &record.Intent{Kind: record.StepModel, Step: st.Steps + 1, Turn: st.Turns, Entry: st.NextEntry, Owner: "raw", Started: time.Now().UTC()}
 		b, _ := json.Marshal(st)
 		if rev, err = kv.Update(ctx, key, b, rev); err != nil {
 			return nil, err
@@ -182,7 +184,7 @@ func rawSteps(ctx context.Context, e *env, n int) ([]time.Duration, error) {
 		entries := 2 - i%2
 		var msgs []*nats.Msg
 		for range entries {
-			en := worker.Entry{ID: st.NextEntry, Kind: worker.KindAssistant, Turn: st.Turns, Time: time.Now().UTC(),
+			en := record.Entry{ID: st.NextEntry, Kind: record.KindAssistant, Turn: st.Turns, Time: time.Now().UTC(),
 				Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
 			st.NextEntry++
 			eb, _ := json.Marshal(en)

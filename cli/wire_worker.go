@@ -19,6 +19,7 @@ import (
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -206,24 +207,24 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var final *worker.State
+	var final *record.State
 	var answer string
 	// Only an answer of the run this message started counts: from the
 	// message's entry to the next input's.
 	ours := false
-	err = follow(wctx, rt, c, ref, func(u worker.Update) error {
+	err = follow(wctx, rt, c, ref, func(u record.Update) error {
 		switch {
-		case u.Entry != nil && u.Entry.Event != nil && (u.Entry.Kind == worker.KindUser || u.Entry.Kind == worker.KindEvent):
+		case u.Entry != nil && u.Entry.Event != nil && (u.Entry.Kind == record.KindUser || u.Entry.Kind == record.KindEvent):
 			if u.Entry.Event.Seq == seq {
 				ours, answer = true, ""
 			} else if u.Entry.Event.Seq > seq {
 				ours = false
 			}
-		case u.Entry != nil && u.Entry.Kind == worker.KindAssistant && ours:
+		case u.Entry != nil && u.Entry.Kind == record.KindAssistant && ours:
 			answer = u.Entry.Text
 		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Pending == nil:
 			final = u.State
-			return worker.ErrStop
+			return record.ErrStop
 		}
 		return nil
 	})
@@ -271,7 +272,7 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 	}
 	rows := resp.Sessions
 	if rows == nil {
-		rows = []worker.Summary{}
+		rows = []record.Summary{}
 	}
 	if resp.Truncated {
 		fmt.Fprintf(env.Stderr, "jetloop status: only the first %d sessions fit one answer; narrow with --agent or --status\n", len(rows))
@@ -371,8 +372,8 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 	}
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetEscapeHTML(false)
-	var last worker.Status
-	return follow(ctx, rt, api.NewClient(rt.NC, rt.Names), ref, func(u worker.Update) error {
+	var last record.Status
+	return follow(ctx, rt, api.NewClient(rt.NC, rt.Names), ref, func(u record.Update) error {
 		if u.Entry != nil {
 			if cf.json {
 				return enc.Encode(map[string]any{"entry": u.Entry})
@@ -400,7 +401,7 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 			}
 		}
 		if untilRest && st.Status.Resting() && st.Pending == nil && st.NextEntry > 1 {
-			return worker.ErrStop
+			return record.ErrStop
 		}
 		return nil
 	})
@@ -420,12 +421,12 @@ const (
 // through the API, in as many requests as the transcript's size takes.
 // Entries never change once written, so the pages and the state of the
 // last one are consistent.
-func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64) (worker.Transcript, error) {
-	entries := []worker.Entry{}
+func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64) (record.Transcript, error) {
+	entries := []record.Entry{}
 	for range maxShowPages {
 		resp, err := c.Show(ctx, api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: from})
 		if err != nil {
-			return worker.Transcript{}, err
+			return record.Transcript{}, err
 		}
 		entries = append(entries, resp.Transcript.Transcript...)
 		if !resp.Truncated {
@@ -434,19 +435,19 @@ func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from ui
 			return tr, nil
 		}
 		if resp.Next <= from {
-			return worker.Transcript{}, fmt.Errorf("show %s: the API answered a truncated transcript without progress (next %d after %d)", ref, resp.Next, from)
+			return record.Transcript{}, fmt.Errorf("show %s: the API answered a truncated transcript without progress (next %d after %d)", ref, resp.Next, from)
 		}
 		from = resp.Next
 	}
-	return worker.Transcript{}, fmt.Errorf("show %s: more than %d pages", ref, maxShowPages)
+	return record.Transcript{}, fmt.Errorf("show %s: more than %d pages", ref, maxShowPages)
 }
 
 // follow calls fn with a session's transcript entries in order, from the
 // first, and with its state whenever it changes, read through the API,
 // until ctx ends or fn returns an error (which follow returns;
-// worker.ErrStop ends it cleanly). A session that does not exist yet is
+// record.ErrStop ends it cleanly). A session that does not exist yet is
 // waited for.
-func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.SessionRef, fn func(worker.Update) error) error {
+func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.SessionRef, fn func(record.Update) error) error {
 	wake := make(chan struct{}, 1)
 	sub, err := rt.NC.Subscribe(rt.Names.Status(ref), func(*nats.Msg) {
 		select {
@@ -475,20 +476,20 @@ func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.Session
 					continue
 				}
 				next = e.ID + 1
-				if err := fn(worker.Update{Entry: &e}); err != nil {
+				if err := fn(record.Update{Entry: &e}); err != nil {
 					return stopped(err)
 				}
 			}
 			st := stateOf(tr, next)
 			if f := followedOf(st); last == nil || *last != f {
 				last = &f
-				if err := fn(worker.Update{State: &st}); err != nil {
+				if err := fn(record.Update{State: &st}); err != nil {
 					return stopped(err)
 				}
 			}
 		}
 		poll := followPollResting
-		if last != nil && last.status == worker.StatusWorking {
+		if last != nil && last.status == record.StatusWorking {
 			poll = followPollWorking
 		}
 		t := time.NewTimer(poll)
@@ -504,7 +505,7 @@ func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.Session
 }
 
 func stopped(err error) error {
-	if errors.Is(err, worker.ErrStop) {
+	if errors.Is(err, record.ErrStop) {
 		return nil
 	}
 	return err
@@ -512,7 +513,7 @@ func stopped(err error) error {
 
 // followed is what of a state makes follow report it again.
 type followed struct {
-	status             worker.Status
+	status             record.Status
 	since              time.Time
 	reason, waitingFor string
 	inSeq, ctlSeq      uint64
@@ -521,7 +522,7 @@ type followed struct {
 	owner              string
 }
 
-func followedOf(st worker.State) followed {
+func followedOf(st record.State) followed {
 	f := followed{status: st.Status, since: st.Since, reason: st.Reason, waitingFor: st.WaitingFor,
 		inSeq: st.InSeq, ctlSeq: st.CtlSeq, nextEntry: st.NextEntry, owner: st.Owner}
 	if st.Pending != nil {
@@ -531,24 +532,24 @@ func followedOf(st worker.State) followed {
 }
 
 // stateOf is the part of a session's state that show answers with.
-func stateOf(tr worker.Transcript, nextEntry uint64) worker.State {
-	return worker.State{
-		Agent: tr.Agent, Session: tr.Session, Status: tr.Status, Since: tr.Since,
-		Reason: tr.Reason, WaitingFor: tr.WaitingFor, Parent: tr.Parent, ForkTurn: tr.ForkTurn,
-		DefinitionVersion: tr.DefinitionVersion, Limits: tr.Budget.Limits,
-		Turns: tr.Budget.Usage.Turns, RunTurns: tr.Budget.Run.Turns, UnknownUsage: tr.Budget.Usage.UnknownUsageCalls,
-		RunStarted: tr.Budget.Run.Started, Pending: tr.Pending, Steers: tr.Steers,
-		InSeq: tr.InSeq, CtlSeq: tr.CtlSeq, Owner: tr.Owner, NextEntry: nextEntry,
-	}
+func stateOf(tr record.Transcript, nextEntry uint64) record.State {
+	var st record.State
+	st.Agent, st.Session, st.Parent, st.ForkTurn = tr.Agent, tr.Session, tr.Parent, tr.ForkTurn
+	st.Status, st.Since, st.Reason, st.WaitingFor = tr.Status, tr.Since, tr.Reason, tr.WaitingFor
+	st.DefinitionVersion, st.Limits = tr.DefinitionVersion, tr.Budget.Limits
+	st.Turns, st.RunTurns, st.UnknownUsage = tr.Budget.Usage.Turns, tr.Budget.Run.Turns, tr.Budget.Usage.UnknownUsageCalls
+	st.RunStarted, st.Pending, st.Steers = tr.Budget.Run.Started, tr.Pending, tr.Steers
+	st.InSeq, st.CtlSeq, st.NextEntry, st.Owner = tr.InSeq, tr.CtlSeq, nextEntry, tr.Owner
+	return st
 }
 
 // printEntry writes one transcript entry for people.
-func printEntry(w io.Writer, e worker.Entry) {
+func printEntry(w io.Writer, e record.Entry) {
 	head := fmt.Sprintf("[%d] t%d %s %s", e.ID, e.Turn, e.Time.Local().Format(time.TimeOnly), e.Kind)
 	switch e.Kind {
-	case worker.KindToolCall:
+	case record.KindToolCall:
 		fmt.Fprintf(w, "%s %s %s (%s)\n", head, e.Name, oneLine(string(e.Args), 200), e.CallID)
-	case worker.KindToolResult:
+	case record.KindToolResult:
 		status := "ok"
 		if e.IsError {
 			status = "error"
@@ -557,7 +558,7 @@ func printEntry(w io.Writer, e worker.Entry) {
 		if e.Blob != "" {
 			fmt.Fprintf(w, "    full result in %s\n", e.Blob)
 		}
-	case worker.KindEvent:
+	case record.KindEvent:
 		fmt.Fprintf(w, "%s %s%s\n", head, e.Name, indent(e.Text))
 	default:
 		fmt.Fprintf(w, "%s%s\n", head, indent(e.Text))

@@ -11,17 +11,18 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
 
 // waitStatus waits for the session's status and returns its transcript.
-func (e *crashEnv) waitStatus(t *testing.T, ref streams.SessionRef, want worker.Status, children ...*child) worker.Transcript {
+func (e *crashEnv) waitStatus(t *testing.T, ref streams.SessionRef, want record.Status, children ...*child) record.Transcript {
 	t.Helper()
-	var tr worker.Transcript
+	var tr record.Transcript
 	err := natstest.Poll(context.Background(), time.Minute, func() error {
 		var err error
-		if tr, err = worker.Show(context.Background(), e.js, e.names, ref); err != nil {
+		if tr, err = record.Show(context.Background(), e.js, e.names, ref); err != nil {
 			return err
 		}
 		if tr.Status != want {
@@ -71,10 +72,10 @@ func (e *crashEnv) ctlAcked(t *testing.T, agent string) {
 	}
 }
 
-func countControl(tr worker.Transcript, verb string) int {
+func countControl(tr record.Transcript, verb string) int {
 	n := 0
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindControl && e.Name == verb {
+		if e.Kind == record.KindControl && e.Name == verb {
 			n++
 		}
 	}
@@ -110,13 +111,13 @@ func TestControlCrash(t *testing.T) {
 	})
 	t.Run("cancel while the owner is dead mid-step", func(t *testing.T) {
 		e := newCrashEnv(t)
-		first := startChild(t, e.spec("w1", crashDef(), false, &crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepTool, Step: 2}))
+		first := startChild(t, e.spec("w1", crashDef(), false, &crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}))
 		ref := e.send(t, "crash", "s1", "write it")
 		first.waitPoint(t, time.Minute)
 		first.kill()
 		e.publish(t, ref, control.Message{Verb: control.Cancel, Text: "owner died"})
 		second := startChild(t, e.spec("w2", crashDef(), false, nil))
-		tr := e.waitStatus(t, ref, worker.StatusCancelled, first, second)
+		tr := e.waitStatus(t, ref, record.StatusCancelled, first, second)
 		results := checkOneResult(t, tr)
 		for id, r := range results {
 			// The call's intent was written: for all the worker that
@@ -143,7 +144,7 @@ func TestControlCrash(t *testing.T) {
 		first.kill()
 		e.send(t, "crash", "s1", "write it")
 		second := startChild(t, e.spec("w2", crashDef(), false, nil))
-		tr := e.waitStatus(t, ref, worker.StatusCancelled, first, second)
+		tr := e.waitStatus(t, ref, record.StatusCancelled, first, second)
 		if countControl(tr, "cancel") != 1 {
 			t.Fatalf("transcript %+v", tr.Transcript)
 		}
@@ -158,9 +159,9 @@ func TestControlCrash(t *testing.T) {
 		e := newCrashEnv(t)
 		def := crashDef()
 		def.Approvals = []policies.Approval{{Name: "ledger", When: `tool.name == "ledger"`}}
-		first := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepTool, Step: 2}))
+		first := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}))
 		ref := e.send(t, "crash", "s1", "write it")
-		tr := e.waitStatus(t, ref, worker.StatusBlocked, first)
+		tr := e.waitStatus(t, ref, record.StatusBlocked, first)
 		e.publish(t, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor})
 		first.waitPoint(t, time.Minute)
 		first.kill()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -28,7 +29,7 @@ const childEnv = "JETLOOP_TEST_WORKER_CHILD"
 // crashPoint is where a child worker stops dead, waiting for its kill -9.
 type crashPoint struct {
 	Phase worker.Phase    `json:"phase"`
-	Kind  worker.StepKind `json:"kind,omitempty"`
+	Kind  record.StepKind `json:"kind,omitempty"`
 	Step  uint64          `json:"step"`
 	// Session, if set, limits the point to one session.
 	Session string `json:"session,omitempty"`
@@ -267,16 +268,16 @@ func (e *crashEnv) send(t *testing.T, agent, session, text string) streams.Sessi
 }
 
 // waitDone waits for the session to be done and returns its transcript.
-func (e *crashEnv) waitDone(t *testing.T, ref streams.SessionRef, children ...*child) worker.Transcript {
+func (e *crashEnv) waitDone(t *testing.T, ref streams.SessionRef, children ...*child) record.Transcript {
 	t.Helper()
-	var tr worker.Transcript
+	var tr record.Transcript
 	err := natstest.Poll(context.Background(), time.Minute, func() error {
 		var err error
-		tr, err = worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err = record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
-		if tr.Status != worker.StatusDone {
+		if tr.Status != record.StatusDone {
 			return fmt.Errorf("status %s (%s)", tr.Status, tr.Reason)
 		}
 		return nil
@@ -293,18 +294,18 @@ func (e *crashEnv) waitDone(t *testing.T, ref streams.SessionRef, children ...*c
 
 // checkOneResult asserts every tool call of tr has exactly one result and
 // returns the results by call id.
-func checkOneResult(t *testing.T, tr worker.Transcript) map[string]worker.Entry {
+func checkOneResult(t *testing.T, tr record.Transcript) map[string]record.Entry {
 	t.Helper()
-	results := map[string]worker.Entry{}
+	results := map[string]record.Entry{}
 	count := map[string]int{}
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindToolResult {
+		if e.Kind == record.KindToolResult {
 			results[e.CallID] = e
 			count[e.CallID]++
 		}
 	}
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindToolCall && count[e.CallID] != 1 {
+		if e.Kind == record.KindToolCall && count[e.CallID] != 1 {
 			t.Errorf("%s/%s: call %s has %d results", tr.Agent, tr.Session, e.CallID, count[e.CallID])
 		}
 	}
@@ -342,16 +343,16 @@ func TestWorkerCrashRecovery(t *testing.T) {
 		synthetic    bool // its result is the synthetic error
 		unknownUsage int
 	}{
-		{name: "model before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: worker.StepModel, Step: 1}, runs: 1},
-		{name: "model after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepModel, Step: 1}, runs: 1, unknownUsage: 1},
-		{name: "model after call", at: crashPoint{Phase: worker.PhaseSettle, Kind: worker.StepModel, Step: 3}, runs: 1, unknownUsage: 1},
-		{name: "model after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: worker.StepModel, Step: 1}, runs: 1},
-		{name: "tool before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: worker.StepTool, Step: 2}, runs: 1},
-		{name: "unsafe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepTool, Step: 2}, runs: 0, synthetic: true},
-		{name: "unsafe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: worker.StepTool, Step: 2}, runs: 1, synthetic: true},
-		{name: "tool after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: worker.StepTool, Step: 2}, runs: 1},
-		{name: "safe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: worker.StepTool, Step: 2}, safe: true, runs: 1},
-		{name: "safe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: worker.StepTool, Step: 2}, safe: true, runs: 2},
+		{name: "model before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepModel, Step: 1}, runs: 1},
+		{name: "model after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepModel, Step: 1}, runs: 1, unknownUsage: 1},
+		{name: "model after call", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepModel, Step: 3}, runs: 1, unknownUsage: 1},
+		{name: "model after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepModel, Step: 1}, runs: 1},
+		{name: "tool before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepTool, Step: 2}, runs: 1},
+		{name: "unsafe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, runs: 0, synthetic: true},
+		{name: "unsafe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, runs: 1, synthetic: true},
+		{name: "tool after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepTool, Step: 2}, runs: 1},
+		{name: "safe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, safe: true, runs: 1},
+		{name: "safe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, safe: true, runs: 2},
 		{name: "after the run, before the ack", at: crashPoint{Phase: worker.PhaseAck, Step: 3}, runs: 1},
 	}
 	for _, tt := range tests {
@@ -426,7 +427,7 @@ func TestWorkerCrashCompeting(t *testing.T) {
 	}
 	e := newCrashEnv(t)
 	def := crashDef()
-	at := &crashPoint{Phase: worker.PhaseSettle, Kind: worker.StepTool, Step: 2, Session: "s0"}
+	at := &crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2, Session: "s0"}
 	children := map[string]*child{
 		"wa": startChild(t, e.spec("wa", def, false, at)),
 		"wb": startChild(t, e.spec("wb", def, false, at)),
@@ -452,9 +453,9 @@ func TestWorkerCrashCompeting(t *testing.T) {
 	s0Synthetic := false
 	for _, ref := range refs {
 		tr := e.waitDone(t, ref, children["wa"], children["wb"])
-		if n := countKind(tr, worker.KindUser); n != 2 {
+		if n := countKind(tr, record.KindUser); n != 2 {
 			// The second event may still be on its way: wait for it.
-			tr = e.waitEntries(t, ref, worker.KindUser, 2)
+			tr = e.waitEntries(t, ref, record.KindUser, 2)
 		}
 		for id, r := range checkOneResult(t, tr) {
 			n := ledgerCounts(t, filepath.Join(e.dir, "ledger"))[ref.Session+" "+id]
@@ -481,7 +482,7 @@ func TestWorkerCrashCompeting(t *testing.T) {
 	natstestPollAcked(t, e, "crash")
 }
 
-func countKind(tr worker.Transcript, k worker.Kind) int {
+func countKind(tr record.Transcript, k record.Kind) int {
 	n := 0
 	for _, e := range tr.Transcript {
 		if e.Kind == k {
@@ -492,16 +493,16 @@ func countKind(tr worker.Transcript, k worker.Kind) int {
 }
 
 // waitEntries waits until the session is done with n entries of kind.
-func (e *crashEnv) waitEntries(t *testing.T, ref streams.SessionRef, k worker.Kind, n int) worker.Transcript {
+func (e *crashEnv) waitEntries(t *testing.T, ref streams.SessionRef, k record.Kind, n int) record.Transcript {
 	t.Helper()
-	var tr worker.Transcript
+	var tr record.Transcript
 	err := natstest.Poll(context.Background(), time.Minute, func() error {
 		var err error
-		tr, err = worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err = record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
-		if got := countKind(tr, k); tr.Status != worker.StatusDone || got != n {
+		if got := countKind(tr, k); tr.Status != record.StatusDone || got != n {
 			return fmt.Errorf("status %s with %d %s entries, want done with %d", tr.Status, got, k, n)
 		}
 		return nil

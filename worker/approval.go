@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 )
 
 // gate returns the approval gate of the definition that call must pass
 // before it runs. A call an approve let through passes. Gates fail
 // closed: a rule that cannot be evaluated (or compiled) stops the call
 // too, with the error as the note.
-func (s *session) gate(ctx context.Context, call CallRef, replaySafe bool) (gate string, need bool, note error) {
+func (s *session) gate(ctx context.Context, call record.CallRef, replaySafe bool) (gate string, need bool, note error) {
 	if len(s.def.Approvals) == 0 || s.st.Approved == call.ID {
 		return "", false, nil
 	}
@@ -38,20 +39,20 @@ func (s *session) gate(ctx context.Context, call CallRef, replaySafe bool) (gate
 // blockForApproval parks the session before call runs: no intent, the
 // call stays outstanding, status blocked waiting for the call's id. An
 // approve runs it, a deny answers it with a denial.
-func (s *session) blockForApproval(ctx context.Context, call CallRef, gate string, evalErr error) error {
-	next := s.st.clone()
-	e := s.entry(&next, KindSystem)
+func (s *session) blockForApproval(ctx context.Context, call record.CallRef, gate string, evalErr error) error {
+	next := s.st.Clone()
+	e := s.entry(&next, record.KindSystem)
 	e.Name, e.CallID = call.Name, call.ID
 	e.Args = s.args(call)
 	e.Text = fmt.Sprintf("approval needed (gate %s): %s call %s waits for approve or deny", gate, call.Name, call.ID)
 	if evalErr != nil {
 		e.Text = fmt.Sprintf("approval needed: the approval rules could not be evaluated (%v), so %s call %s waits for approve or deny", evalErr, call.Name, call.ID)
 	}
-	next.setStatus(StatusBlocked, "", time.Now().UTC())
+	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
 	next.WaitingFor, next.BlockedCall, next.Approval = call.ID, call.ID, gate
 	s.w.m.approvals.Inc()
 	s.log.Info("tool call waits for approval", "tool", call.Name, "call", call.ID, "gate", gate, "err", evalErr)
-	return s.commit(ctx, []Entry{e}, next)
+	return s.commit(ctx, []record.Entry{e}, next)
 }
 
 // compiled returns the compiled rules of an agent's definition version,

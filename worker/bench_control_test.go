@@ -16,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -173,7 +174,7 @@ func controlLatency(b *testing.B, opts streams.Options) {
 		}
 	}
 	hand.answers <- model.Response{Text: "done"}
-	waitState(b, w.store, ref, StatusDone)
+	waitState(b, w.store, ref, record.StatusDone)
 
 	// cancel
 	statuses, err := js.Conn().SubscribeSync(names.StatusAll())
@@ -206,7 +207,7 @@ func controlLatency(b *testing.B, opts streams.Options) {
 				b.Fatal(err)
 			}
 			var ch StatusChange
-			if json.Unmarshal(m.Data, &ch) == nil && ch.Agent == "cancel" && ch.Session == ref.Session && ch.Status == StatusCancelled {
+			if json.Unmarshal(m.Data, &ch) == nil && ch.Agent == "cancel" && ch.Session == ref.Session && ch.Status == record.StatusCancelled {
 				break
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -62,12 +63,12 @@ func benchWorker(b *testing.B, js jetstream.JetStream, cfg Config) (*Worker, fun
 	return w, stop
 }
 
-func waitState(b *testing.B, s *store, ref streams.SessionRef, want Status) State {
+func waitState(b *testing.B, s *record.Store, ref streams.SessionRef, want record.Status) record.State {
 	b.Helper()
-	var st State
+	var st record.State
 	err := natstest.Poll(context.Background(), 10*time.Minute, func() error {
 		var err error
-		st, _, err = s.load(context.Background(), ref)
+		st, _, err = s.Load(context.Background(), ref)
 		if err == nil && st.Status != want {
 			err = fmt.Errorf("status %s", st.Status)
 		}
@@ -102,7 +103,7 @@ func BenchmarkStepsVsRaw(b *testing.B) {
 	if _, err := Send(ctx, js, names, ref, Request{Text: "go"}); err != nil {
 		b.Fatal(err)
 	}
-	st := waitState(b, w.store, ref, StatusBudgetExceeded)
+	st := waitState(b, w.store, ref, record.StatusBudgetExceeded)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	steps := float64(st.Steps)
@@ -110,29 +111,29 @@ func BenchmarkStepsVsRaw(b *testing.B) {
 
 	// The raw operations of the same steps, on a session of their own.
 	raw, _ := streams.NewSessionRef("bench", "raw")
-	rs := newState("bench", "raw", time.Now())
-	rev, err := w.store.create(ctx, raw, rs)
+	rs := record.NewState("bench", "raw", time.Now())
+	rev, err := w.store.Create(ctx, raw, rs)
 	if err != nil {
 		b.Fatal(err)
 	}
-	entry := func(st *State, k Kind) Entry {
-		e := Entry{ID: st.NextEntry, Kind: k, Turn: st.Turns, Time: time.Now().UTC(), Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
+	entry := func(st *record.State, k record.Kind) record.Entry {
+		e := record.Entry{ID: st.NextEntry, Kind: k, Turn: st.Turns, Time: time.Now().UTC(), Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
 		st.NextEntry++
 		return e
 	}
 	rawStart := time.Now()
 	for i := 0; i < b.N; i++ {
 		for _, n := range []int{2, 1} { // model step: answer + call; tool step: result
-			rs.Pending = &Intent{Kind: StepModel, Step: rs.Steps + 1, Entry: rs.NextEntry, Owner: "raw", Started: time.Now()}
-			if rev, err = w.store.update(ctx, raw, rs, rev); err != nil {
+			rs.Pending = &record.Intent{Kind: record.StepModel, Step: rs.Steps + 1, Entry: rs.NextEntry, Owner: "raw", Started: time.Now()}
+			if rev, err = w.store.Update(ctx, raw, rs, rev); err != nil {
 				b.Fatal(err)
 			}
-			var es []Entry
+			var es []record.Entry
 			for range n {
-				es = append(es, entry(&rs, KindAssistant))
+				es = append(es, entry(&rs, record.KindAssistant))
 			}
 			rs.Pending, rs.Steps = nil, rs.Steps+1
-			if rev, err = w.store.settle(ctx, raw, es, rs, rev); err != nil {
+			if rev, err = w.store.Settle(ctx, raw, es, rs, rev); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -164,7 +165,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 			}
 			last = ref
 		}
-		waitState(b, w.store, last, StatusDone)
+		waitState(b, w.store, last, record.StatusDone)
 		err := natstest.Poll(ctx, 10*time.Minute, func() error {
 			cs, err := js.Consumer(ctx, names.StreamIn(), "worker_idle")
 			if err != nil {
@@ -185,7 +186,7 @@ func BenchmarkIdleSessions(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		list, err := List(ctx, js, names)
+		list, err := record.List(ctx, js, names)
 		if err != nil || len(list) != sessions {
 			b.Fatalf("%d sessions listed, want %d: %v", len(list), sessions, err)
 		}

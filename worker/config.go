@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -89,7 +90,7 @@ const (
 type TracePoint struct {
 	Phase          Phase
 	Agent, Session string
-	Kind           StepKind
+	Kind           record.StepKind
 	// Step is the step's number; at PhaseAck, the number of steps settled.
 	Step         uint64
 	Tool, CallID string

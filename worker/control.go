@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 )
 
@@ -215,12 +216,12 @@ func (r *runner) forgetCancel() {
 
 // observe records what the runner's signals need of the state just
 // written.
-func (r *runner) observe(st State) {
+func (r *runner) observe(st record.State) {
 	r.applied.Store(st.CtlSeq)
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
 	r.runTick = ""
-	if st.Status == StatusWorking && st.Tick != nil && st.Tick.Overlap == schedule.OverlapCancelPrevious && !st.Tick.Superseded {
+	if st.Status == record.StatusWorking && st.Tick != nil && st.Tick.Overlap == schedule.OverlapCancelPrevious && !st.Tick.Superseded {
 		r.runTick, r.runInSeq = st.Tick.Schedule, st.InSeq
 	} else {
 		r.superseded = false
@@ -285,7 +286,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // apply applies one control message and records its sequence, in one
 // state write.
 func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, perr error) error {
-	next := s.st.clone()
+	next := s.st.Clone()
 	next.CtlSeq = in.seq
 	verb := string(msg.Verb)
 	if perr != nil {
@@ -298,16 +299,16 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	}
 	log := s.log.With("verb", msg.Verb, "seq", in.seq, "id", msg.ID, "source", msg.Source)
 	now := time.Now().UTC()
-	ref := &EventRef{ID: msg.ID, Source: msg.Source, Type: events.ControlType(verb), Seq: in.seq}
-	var entries []Entry
-	note := func(kind Kind, text string) {
+	ref := &record.EventRef{ID: msg.ID, Source: msg.Source, Type: events.ControlType(verb), Seq: in.seq}
+	var entries []record.Entry
+	note := func(kind record.Kind, text string) {
 		e := s.entry(&next, kind)
 		e.Name, e.Text, e.Event = verb, text, ref
 		entries = append(entries, e)
 	}
 	// ignore records a message that had nothing to act on.
 	ignore := func(why string) {
-		note(KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
+		note(record.KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
 	}
 	// unwait continues a blocked or paused session; the time it waited
 	// does not count against the run's deadline.
@@ -315,7 +316,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		if !next.RunStarted.IsZero() && next.Since.Before(now) {
 			next.RunStarted = next.RunStarted.Add(now.Sub(next.Since))
 		}
-		next.setStatus(StatusWorking, "", now)
+		next.SetStatus(record.StatusWorking, "", now)
 	}
 	outcome := "applied"
 	final := s.st.Status.Final()
@@ -329,44 +330,44 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 			ignore(fmt.Sprintf("%d steers already wait for the next model call", MaxSteers))
 			outcome = "refused"
 		default:
-			next.Steers = append(next.Steers, Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
+			next.Steers = append(next.Steers, record.Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
 		}
 	case control.Interrupt:
-		if s.st.Status != StatusWorking {
+		if s.st.Status != record.StatusWorking {
 			ignore("the session is " + string(s.st.Status) + ", not working")
 			outcome = "ignored"
 			break
 		}
-		note(KindControl, msg.Text)
+		note(record.KindControl, msg.Text)
 		reason := "interrupted"
 		if msg.Text != "" {
 			reason = "interrupted: " + msg.Text
 		}
-		next.setStatus(StatusPaused, reason, now)
+		next.SetStatus(record.StatusPaused, reason, now)
 	case control.Resume:
 		switch {
-		case s.st.Status == StatusPaused:
-			note(KindControl, msg.Text)
+		case s.st.Status == record.StatusPaused:
+			note(record.KindControl, msg.Text)
 			unwait()
-		case s.st.Status == StatusBlocked && s.st.Approval == "":
+		case s.st.Status == record.StatusBlocked && s.st.Approval == "":
 			call, ok := outstanding(next, s.st.BlockedCall)
 			if !ok {
 				ignore("the call " + s.st.BlockedCall + " it waits on is not outstanding")
 				outcome = "ignored"
 				break
 			}
-			note(KindControl, "")
+			note(record.KindControl, "")
 			answer := msg.Text
 			if answer == "" {
 				answer = "(resumed without an answer)"
 			}
-			e := s.entry(&next, KindToolResult)
-			e.Name, e.CallID, e.Result = call.Name, call.ID, cut(answer, MaxEntryBytes)
+			e := s.entry(&next, record.KindToolResult)
+			e.Name, e.CallID, e.Result = call.Name, call.ID, cut(answer, record.MaxEntryBytes)
 			entries = append(entries, e)
 			next.Calls = removeCall(next.Calls, call.ID)
 			next.Steps++
 			unwait()
-		case s.st.Status == StatusBlocked:
+		case s.st.Status == record.StatusBlocked:
 			ignore(fmt.Sprintf("the session waits for approval of call %s: approve or deny it", s.st.BlockedCall))
 			outcome = "ignored"
 		case final || msg.Text == "":
@@ -378,7 +379,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		default:
 			// Nothing to resume: the text waits for the next model call,
 			// as a steer's would.
-			next.Steers = append(next.Steers, Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
+			next.Steers = append(next.Steers, record.Steer{Text: msg.Text, Seq: in.seq, Time: in.time.UTC()})
 		}
 	case control.Cancel:
 		if final {
@@ -386,25 +387,25 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 			outcome = "ignored"
 			break
 		}
-		note(KindControl, msg.Text)
+		note(record.KindControl, msg.Text)
 		reason := "cancelled"
 		if msg.Text != "" {
 			reason = "cancelled: " + msg.Text
 		}
 		entries = append(entries, s.settleOpen(&next, "cancelled")...)
 		next.Steers = nil
-		next.setStatus(StatusCancelled, reason, now)
+		next.SetStatus(record.StatusCancelled, reason, now)
 	case control.Approve, control.Deny:
-		if s.st.Status != StatusBlocked || s.st.Approval == "" || s.st.BlockedCall != msg.CallID {
+		if s.st.Status != record.StatusBlocked || s.st.Approval == "" || s.st.BlockedCall != msg.CallID {
 			why := "the session is " + string(s.st.Status) + ", not waiting for an approval"
-			if s.st.Status == StatusBlocked && s.st.Approval != "" {
+			if s.st.Status == record.StatusBlocked && s.st.Approval != "" {
 				why = "the session waits for approval of call " + s.st.BlockedCall + ", not " + msg.CallID
 			}
 			ignore(why)
 			outcome = "ignored"
 			break
 		}
-		note(KindControl, msg.Text)
+		note(record.KindControl, msg.Text)
 		if msg.Verb == control.Approve {
 			next.Approved = msg.CallID
 		} else {
@@ -413,8 +414,8 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 			if msg.Text != "" {
 				text = "denied: " + msg.Text + " (the call did not run)"
 			}
-			e := s.entry(&next, KindToolResult)
-			e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, cut(text, MaxEntryBytes), true
+			e := s.entry(&next, record.KindToolResult)
+			e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, cut(text, record.MaxEntryBytes), true
 			entries = append(entries, e)
 			next.Calls = removeCall(next.Calls, call.ID)
 			next.Steps++
@@ -445,24 +446,24 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 // settleOpen ends the step in flight and answers every outstanding call
 // with an error result (see closeOpen) saying why: the step's intent is
 // cleared, a model call it interrupted is counted as possibly billed.
-func (s *session) settleOpen(next *State, why string) []Entry {
-	if p := next.Pending; p != nil && p.Kind == StepModel {
+func (s *session) settleOpen(next *record.State, why string) []record.Entry {
+	if p := next.Pending; p != nil && p.Kind == record.StepModel {
 		next.UnknownUsage++
 	}
 	return s.closeOpen(next, why)
 }
 
 // outstanding finds call id among st's outstanding calls.
-func outstanding(st State, id string) (CallRef, bool) {
+func outstanding(st record.State, id string) (record.CallRef, bool) {
 	for _, c := range st.Calls {
 		if c.ID == id {
 			return c, true
 		}
 	}
-	return CallRef{}, false
+	return record.CallRef{}, false
 }
 
-func removeCall(calls []CallRef, id string) []CallRef {
+func removeCall(calls []record.CallRef, id string) []record.CallRef {
 	out := calls[:0:0]
 	for _, c := range calls {
 		if c.ID != id {

@@ -22,6 +22,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -101,7 +102,7 @@ func publish(t *testing.T, e *env, ref streams.SessionRef, m control.Message) ui
 }
 
 // state reads a session's state as the worker wrote it.
-func state(t *testing.T, e *env, ref streams.SessionRef) worker.State {
+func state(t *testing.T, e *env, ref streams.SessionRef) record.State {
 	t.Helper()
 	kv, err := e.js.KeyValue(context.Background(), e.names.BucketSessions())
 	if err != nil {
@@ -111,7 +112,7 @@ func state(t *testing.T, e *env, ref streams.SessionRef) worker.State {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st worker.State
+	var st record.State
 	if err := json.Unmarshal(kve.Value(), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func state(t *testing.T, e *env, ref streams.SessionRef) worker.State {
 }
 
 // count returns how many transcript entries have kind and name.
-func count(tr worker.Transcript, kind worker.Kind, name string) int {
+func count(tr record.Transcript, kind record.Kind, name string) int {
 	n := 0
 	for _, e := range tr.Transcript {
 		if e.Kind == kind && (name == "" || e.Name == name) {
@@ -165,7 +166,7 @@ func TestSteerJoinsNextModelCall(t *testing.T) {
 	<-p.calling
 	seq := publish(t, e, ref, control.Message{Verb: control.Steer, Text: "focus on the tests"})
 	close(p.hold)
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,assistant,tool_call,tool_result,control,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -196,7 +197,7 @@ func TestInterruptPausesAndResumeContinues(t *testing.T) {
 	<-p.calling
 	publish(t, e, ref, control.Message{Verb: control.Interrupt, Text: "hold on"})
 	close(p.hold)
-	tr := e.waitStatus(t, ref, worker.StatusPaused)
+	tr := e.waitStatus(t, ref, record.StatusPaused)
 	// The model call in flight settled; nothing after it ran.
 	if got, want := kinds(tr), "user,assistant,tool_call,control"; got != want {
 		t.Fatalf("paused transcript %s, want %s", got, want)
@@ -207,7 +208,7 @@ func TestInterruptPausesAndResumeContinues(t *testing.T) {
 	waitIdleWorker(t, reg)
 
 	publish(t, e, ref, control.Message{Verb: control.Resume, Text: "carry on"})
-	tr = e.waitStatus(t, ref, worker.StatusDone)
+	tr = e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,assistant,tool_call,control,control,tool_result,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -293,14 +294,14 @@ func TestCancelStopsRunningShell(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &ch); err != nil {
 			t.Fatal(err)
 		}
-		if ch.Status == worker.StatusCancelled {
+		if ch.Status == record.StatusCancelled {
 			break
 		}
 	}
 	if alive(pid) {
 		t.Fatalf("sleep %d still runs after the session was cancelled", pid)
 	}
-	tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+	tr, err := record.Show(context.Background(), e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestCancelStopsRunningShell(t *testing.T) {
 		}
 		return nil
 	})
-	if st := state(t, e, ref); st.Status != worker.StatusCancelled || len(st.Steers) != 0 {
+	if st := state(t, e, ref); st.Status != record.StatusCancelled || len(st.Steers) != 0 {
 		t.Fatalf("state %s with %d steers", st.Status, len(st.Steers))
 	}
 }
@@ -340,7 +341,7 @@ func TestCancelAbortsModelCall(t *testing.T) {
 	e.send(t, ref, "hello")
 	<-p.calling
 	publish(t, e, ref, control.Message{Verb: control.Cancel})
-	tr := e.waitStatus(t, ref, worker.StatusCancelled)
+	tr := e.waitStatus(t, ref, record.StatusCancelled)
 	if got, want := kinds(tr), "user,control"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -362,7 +363,7 @@ func TestInterruptThenCancelDuringModelCall(t *testing.T) {
 	<-p.calling
 	publish(t, e, ref, control.Message{Verb: control.Interrupt})
 	publish(t, e, ref, control.Message{Verb: control.Cancel})
-	tr := e.waitStatus(t, ref, worker.StatusCancelled)
+	tr := e.waitStatus(t, ref, record.StatusCancelled)
 	if got, want := kinds(tr), "user,control,control"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -385,12 +386,12 @@ func TestCancelPausedSession(t *testing.T) {
 	<-p.calling
 	publish(t, e, ref, control.Message{Verb: control.Interrupt})
 	close(p.hold)
-	e.waitStatus(t, ref, worker.StatusPaused)
+	e.waitStatus(t, ref, record.StatusPaused)
 	waitIdleWorker(t, reg)
 	// A second interrupt has nothing to act on: it is noted, nothing else.
 	publish(t, e, ref, control.Message{Verb: control.Interrupt})
 	publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "no longer needed"})
-	tr := e.waitStatus(t, ref, worker.StatusCancelled)
+	tr := e.waitStatus(t, ref, record.StatusCancelled)
 	if tr.Reason != "cancelled: no longer needed" || len(led.lines(t)) != 0 {
 		t.Fatalf("reason %q, ledger %v", tr.Reason, led.lines(t))
 	}
@@ -413,10 +414,10 @@ func TestResumeAnswersAskHuman(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"asker": def}, Tools: worker.ToolMap{"ask": asker{}}, Agents: []string{"asker"}, Models: p.factory, Metrics: m})
 	ref := e.ref(t, "asker", "s1")
 	e.send(t, ref, "ship it")
-	e.waitStatus(t, ref, worker.StatusBlocked)
+	e.waitStatus(t, ref, record.StatusBlocked)
 	waitIdleWorker(t, reg)
 	publish(t, e, ref, control.Message{Verb: control.Resume, Text: "yes, today"})
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,assistant,tool_call,system,control,tool_result,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -445,7 +446,7 @@ func TestEventWhileBlockedFollowsToolResult(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"asker": def}, Tools: worker.ToolMap{"ask": asker{}}, Agents: []string{"asker"}, Models: p.factory})
 	ref := e.ref(t, "asker", "s1")
 	e.send(t, ref, "ship it")
-	e.waitStatus(t, ref, worker.StatusBlocked)
+	e.waitStatus(t, ref, record.StatusBlocked)
 	seq := e.send(t, ref, "also: after lunch")
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		if st := state(t, e, ref); st.InSeq < seq {
@@ -454,7 +455,7 @@ func TestEventWhileBlockedFollowsToolResult(t *testing.T) {
 		return nil
 	})
 	publish(t, e, ref, control.Message{Verb: control.Resume, Text: "yes"})
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,assistant,tool_call,system,user,control,tool_result,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -489,13 +490,13 @@ func TestApprovalGate(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"gated": gatedDef()}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"gated"}, Metrics: m})
 	ref := e.ref(t, "gated", "s1")
 	e.send(t, ref, "write it")
-	tr := e.waitStatus(t, ref, worker.StatusBlocked)
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
 	callID := tr.Transcript[2].CallID
 	if tr.WaitingFor != callID || callID == "" || len(led.lines(t)) != 0 || tr.Pending != nil {
 		t.Fatalf("blocked: waiting for %q (call %q), ledger %v, pending %+v", tr.WaitingFor, callID, led.lines(t), tr.Pending)
 	}
-	list, err := worker.List(context.Background(), e.js, e.names)
-	if err != nil || len(list) != 1 || list[0].Status != worker.StatusBlocked || list[0].WaitingFor != callID || list[0].Since.IsZero() {
+	list, err := record.List(context.Background(), e.js, e.names)
+	if err != nil || len(list) != 1 || list[0].Status != record.StatusBlocked || list[0].WaitingFor != callID || list[0].Since.IsZero() {
 		t.Fatalf("status list %+v %v", list, err)
 	}
 	waitIdleWorker(t, reg)
@@ -507,15 +508,15 @@ func TestApprovalGate(t *testing.T) {
 		}
 		return nil
 	})
-	if st := state(t, e, ref); st.Status != worker.StatusBlocked || len(led.lines(t)) != 0 {
+	if st := state(t, e, ref); st.Status != record.StatusBlocked || len(led.lines(t)) != 0 {
 		t.Fatalf("after an approve of another call: %s, ledger %v", st.Status, led.lines(t))
 	}
 	publish(t, e, ref, control.Message{Verb: control.Approve, CallID: callID, Text: "fine"})
-	tr = e.waitStatus(t, ref, worker.StatusDone)
+	tr = e.waitStatus(t, ref, record.StatusDone)
 	if got := led.lines(t); len(got) != 1 || got[0] != callID {
 		t.Fatalf("ledger %v, want the call once", got)
 	}
-	if n := count(tr, worker.KindControl, "approve"); n != 1 {
+	if n := count(tr, record.KindControl, "approve"); n != 1 {
 		t.Fatalf("%d approve entries: %s", n, kinds(tr))
 	}
 	checkCalls(t, tr)
@@ -533,10 +534,10 @@ func TestApprovalDenied(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"gated": gatedDef()}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"gated"}, Models: p.factory})
 	ref := e.ref(t, "gated", "s1")
 	e.send(t, ref, "write it")
-	tr := e.waitStatus(t, ref, worker.StatusBlocked)
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
 	callID := tr.WaitingFor
 	publish(t, e, ref, control.Message{Verb: control.Deny, CallID: callID, Text: "not today"})
-	tr = e.waitStatus(t, ref, worker.StatusDone)
+	tr = e.waitStatus(t, ref, record.StatusDone)
 	if len(led.lines(t)) != 0 {
 		t.Fatalf("denied call ran: %v", led.lines(t))
 	}
@@ -562,8 +563,8 @@ func TestSteerWhileNoWorkerAppliedOnce(t *testing.T) {
 	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "Brief."})}
 	cfg := worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Models: p.factory}
 	e.start(t, cfg)
-	tr := e.waitStatus(t, ref, worker.StatusDone)
-	if n := count(tr, worker.KindControl, "steer"); n != 1 {
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	if n := count(tr, record.KindControl, "steer"); n != 1 {
 		t.Fatalf("%d steer entries: %s", n, kinds(tr))
 	}
 	if reqs := p.requests(); len(reqs) != 1 || strings.Count(userText(reqs[0]), "[steer] be brief") != 1 {
@@ -599,11 +600,11 @@ func TestSteerWhileNoWorkerAppliedOnce(t *testing.T) {
 		}
 		return nil
 	})
-	tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+	tr, err := record.Show(context.Background(), e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := state(t, e, ref); count(tr, worker.KindControl, "steer") != 1 || len(st.Steers) != 0 || st.CtlSeq != seq {
+	if st := state(t, e, ref); count(tr, record.KindControl, "steer") != 1 || len(st.Steers) != 0 || st.CtlSeq != seq {
 		t.Fatalf("after redelivery: %s, %d steers queued, ctl_seq %d", kinds(tr), len(st.Steers), st.CtlSeq)
 	}
 }
@@ -631,7 +632,7 @@ func TestInvalidControlDeadLettered(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
 	ref := e.ref(t, "demo", "s1")
 	e.send(t, ref, "hello")
-	e.waitStatus(t, ref, worker.StatusDone)
+	e.waitStatus(t, ref, record.StatusDone)
 	bad := nats.NewMsg(e.names.Ctl(ref))
 	bad.Header.Set("ce-specversion", "1.0")
 	bad.Header.Set("ce-type", "dev.jetloop.control.explode")
@@ -671,21 +672,21 @@ func TestForkCopiesUpToTurn(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}})
 	ref := e.ref(t, "demo", "s1")
 	e.send(t, ref, "count")
-	before := e.waitStatus(t, ref, worker.StatusDone)
+	before := e.waitStatus(t, ref, record.StatusDone)
 	if before.Budget.Usage.Turns != 3 {
 		t.Fatalf("original ran %d turns", before.Budget.Usage.Turns)
 	}
 	seq := publish(t, e, ref, control.Message{Verb: control.Fork, Turn: 1, As: "s1-retry"})
 	child := e.ref(t, "demo", "s1-retry")
-	tr := e.waitStatus(t, child, worker.StatusDone)
+	tr := e.waitStatus(t, child, record.StatusDone)
 
-	after, err := worker.Show(context.Background(), e.js, e.names, ref)
+	after, err := record.Show(context.Background(), e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ab, _ := json.Marshal(after.Transcript)
 	bb, _ := json.Marshal(before.Transcript)
-	if string(ab) != string(bb) || after.Status != worker.StatusDone || after.Parent != "" {
+	if string(ab) != string(bb) || after.Status != record.StatusDone || after.Parent != "" {
 		t.Fatalf("the original changed:\n%s\n%s", bb, ab)
 	}
 	if tr.Parent != "s1" || tr.ForkTurn != 1 {
@@ -721,7 +722,7 @@ func TestForkCopiesUpToTurn(t *testing.T) {
 		}
 		return nil
 	})
-	if tr2, _ := worker.Show(context.Background(), e.js, e.names, child); len(tr2.Transcript) != len(tr.Transcript) {
+	if tr2, _ := record.Show(context.Background(), e.js, e.names, child); len(tr2.Transcript) != len(tr.Transcript) {
 		t.Fatalf("refused fork changed the child: %s", kinds(tr2))
 	}
 }

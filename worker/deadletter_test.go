@@ -12,6 +12,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
@@ -71,9 +72,9 @@ func TestTicksToCancelledSessionDeadLettered(t *testing.T) {
 	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", MaxFailures: 2},
 		policies.ScriptEntry{Text: "checked"}))
 	ref := e.ref(t, "mon", "drift")
-	e.waitStatus(t, ref, worker.StatusDone)
+	e.waitStatus(t, ref, record.StatusDone)
 	publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "no more checks"})
-	e.waitStatus(t, ref, worker.StatusCancelled)
+	e.waitStatus(t, ref, record.StatusCancelled)
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		for _, m := range deadLetters(t, e) {
 			if m.Header.Get("Jl-Dlq-Reason") == "session is cancelled" && m.Header.Get("Jl-Orig-"+schedule.HeaderScheduler) != "" {
@@ -105,9 +106,9 @@ func TestDeadLetterFailureLeavesInputUnconsumed(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Metrics: m})
 	ref := e.ref(t, "demo", "s1")
 	e.send(t, ref, "hello")
-	e.waitStatus(t, ref, worker.StatusDone)
+	e.waitStatus(t, ref, record.StatusDone)
 	publish(t, e, ref, control.Message{Verb: control.Cancel})
-	e.waitStatus(t, ref, worker.StatusCancelled)
+	e.waitStatus(t, ref, record.StatusCancelled)
 
 	if err := e.js.DeleteStream(ctx, e.names.StreamDLQ()); err != nil {
 		t.Fatal(err)

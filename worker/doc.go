@@ -1,6 +1,7 @@
 // Package worker runs agent sessions: the loop of each session with its
-// turn state committed to JetStream KV, so that a kill -9 anywhere loses
-// nothing committed and recovery is a lookup, not a guess.
+// turn state committed to JetStream KV through record/'s store, so that a
+// kill -9 anywhere loses nothing committed and recovery is a lookup, not
+// a guess.
 //
 // A Worker consumes jl.in.<agent>.> through one durable pull consumer per
 // agent (shared by every worker), leases a session in jl_leases before it
@@ -23,8 +24,14 @@
 // runs, the definition's approval gates are evaluated: a matching call
 // blocks the session until an approve or a deny.
 //
-// The read side (List, Show, Follow) reads the same records for the CLI
-// and, later, the NATS API.
+// The files follow a step's phases: session.go (claim, the loop, the
+// settlement of a step), input.go (an event starts or joins a run),
+// step_model.go and step_tool.go (a model call, a tool call), recover.go
+// (an intent without its settlement), budget.go (the limits checked
+// before a step), end.go (a run ended early: its open calls answered).
+//
+// The durable record itself (State, Entry, Intent, the store) and its
+// readers (List, Show, Follow) are record/'s.
 //
 // It does not admit events (admission/ and ingest/ do), parse agent
 // definitions (policies/), talk to model providers (model/), implement

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -33,7 +34,7 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 	if msg.Turn > s.st.Turns {
 		return fmt.Sprintf("fork at turn %d: the session has had %d turns", msg.Turn, s.st.Turns), nil
 	}
-	existing, _, err := s.w.store.load(ctx, child)
+	existing, _, err := s.w.store.Load(ctx, child)
 	switch {
 	case err == nil:
 		if existing.Parent == s.r.ref.Session && existing.ForkSeq == seq {
@@ -44,11 +45,11 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 		return "", err
 	}
 	entries, st := s.forkState(msg, seq, child)
-	if err := s.w.store.writeEntries(ctx, child, entries); err != nil {
+	if err := s.w.store.WriteEntries(ctx, child, entries); err != nil {
 		return "", err
 	}
-	if _, err := s.w.store.create(ctx, child, st); err != nil {
-		if errors.Is(err, ErrFenced) {
+	if _, err := s.w.store.Create(ctx, child, st); err != nil {
+		if errors.Is(err, record.ErrFenced) {
 			return fmt.Sprintf("fork as %q: that session was created meanwhile", msg.As), nil
 		}
 		return "", err
@@ -63,50 +64,50 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 // answers copied. It is paused, to be resumed at once, unless nothing is
 // left for a model call to answer (the copy ends with an answer and no
 // text was given): then it is done and waits for an event.
-func (s *session) forkState(msg control.Message, seq uint64, child streams.SessionRef) ([]Entry, State) {
+func (s *session) forkState(msg control.Message, seq uint64, child streams.SessionRef) ([]record.Entry, record.State) {
 	now := time.Now().UTC()
-	st := newState(child.Agent, child.Session, now)
+	st := record.NewState(child.Agent, child.Session, now)
 	st.Parent, st.ForkTurn, st.ForkSeq = s.r.ref.Session, msg.Turn, seq
 	st.DefinitionVersion, st.Limits = s.st.DefinitionVersion, s.st.Limits
 	st.Turns = msg.Turn
 	st.RunStarted = now
 
-	var out []Entry
-	var calls []CallRef
-	last := Kind("")
+	var out []record.Entry
+	var calls []record.CallRef
+	last := record.Kind("")
 	for _, e := range s.log_ {
 		if e.Turn > msg.Turn {
 			break
 		}
 		e.ID = uint64(len(out) + 1)
 		switch e.Kind {
-		case KindAssistant:
+		case record.KindAssistant:
 			calls = nil
 			if e.Usage != nil {
 				st.Usage = st.Usage.Add(*e.Usage)
 			}
 			st.Steps++
-		case KindToolCall:
-			calls = append(calls, CallRef{ID: e.CallID, Name: e.Name, Entry: e.ID})
-		case KindToolResult:
+		case record.KindToolCall:
+			calls = append(calls, record.CallRef{ID: e.CallID, Name: e.Name, Entry: e.ID})
+		case record.KindToolResult:
 			calls = removeCall(calls, e.CallID)
 			st.Steps++
 		}
-		if e.Kind != KindSystem {
+		if e.Kind != record.KindSystem {
 			last = e.Kind
 		}
 		out = append(out, e)
 	}
 	st.Calls = calls
-	note := Entry{ID: uint64(len(out) + 1), Kind: KindSystem, Turn: msg.Turn, Time: now,
+	note := record.Entry{ID: uint64(len(out) + 1), Kind: record.KindSystem, Turn: msg.Turn, Time: now,
 		Text: fmt.Sprintf("forked from session %s at turn %d", s.r.ref.Session, msg.Turn)}
 	out = append(out, note)
 	st.NextEntry = uint64(len(out) + 1)
-	if msg.Text == "" && len(calls) == 0 && (last == KindAssistant || last == "") {
-		st.setStatus(StatusDone, "", now)
+	if msg.Text == "" && len(calls) == 0 && (last == record.KindAssistant || last == "") {
+		st.SetStatus(record.StatusDone, "", now)
 		st.RunEnded = now
 	} else {
-		st.setStatus(StatusPaused, fmt.Sprintf("forked from %s at turn %d", s.r.ref.Session, msg.Turn), now)
+		st.SetStatus(record.StatusPaused, fmt.Sprintf("forked from %s at turn %d", s.r.ref.Session, msg.Turn), now)
 	}
 	return out, st
 }
@@ -114,8 +115,8 @@ func (s *session) forkState(msg control.Message, seq uint64, child streams.Sessi
 // startFork sends the resume that starts a paused forked session, unless
 // it has applied a control message already. Its id is the fork's, so a
 // second send inside JL_CTL's duplicate window is dropped.
-func (w *Worker) startFork(ctx context.Context, child streams.SessionRef, st State, msg control.Message, seq uint64) error {
-	if st.Status != StatusPaused || st.CtlSeq != 0 {
+func (w *Worker) startFork(ctx context.Context, child streams.SessionRef, st record.State, msg control.Message, seq uint64) error {
+	if st.Status != record.StatusPaused || st.CtlSeq != 0 {
 		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

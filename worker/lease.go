@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -72,7 +73,7 @@ func (l *leases) renew(ctx context.Context, ls *lease) error {
 	m := &nats.Msg{Subject: streams.KVSubject(l.bucket, ls.key), Header: nats.Header{}, Data: b}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(ls.rev, 10))
 	ack, err := l.js.PublishMsg(ctx, m, jetstream.WithMsgTTL(l.ttl))
-	if isWrongLastSeq(err) {
+	if record.IsConflict(err) {
 		return fmt.Errorf("worker: renew lease %s: %w", ls.key, ErrLeaseLost)
 	}
 	if err != nil {
@@ -85,7 +86,7 @@ func (l *leases) renew(ctx context.Context, ls *lease) error {
 // release deletes the lease if it is still this worker's.
 func (l *leases) release(ctx context.Context, ls *lease) error {
 	err := l.kv.Delete(ctx, ls.key, jetstream.LastRevision(ls.rev))
-	if err != nil && !isWrongLastSeq(err) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if err != nil && !record.IsConflict(err) {
 		return fmt.Errorf("worker: release lease %s: %w", ls.key, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/worker"
 )
 
@@ -35,9 +36,9 @@ func TestTriggerPromptLeadsTheTurn(t *testing.T) {
 	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	first := tr.Transcript[0]
-	if first.Kind != worker.KindEvent || !strings.HasPrefix(first.Text, "Review pull request #12:\nbe brief\n\n") || !strings.Contains(first.Text, `"number"`) {
+	if first.Kind != record.KindEvent || !strings.HasPrefix(first.Text, "Review pull request #12:\nbe brief\n\n") || !strings.Contains(first.Text, `"number"`) {
 		t.Fatalf("first entry %s: %q", first.Kind, first.Text)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 )
 
 // maxEventText bounds the text an event contributes to the context.
@@ -20,7 +21,7 @@ const maxEventText = 64 << 10
 // their results follow the results). System entries are the runtime's
 // notes, not context; of the control entries only steer and resume texts
 // are.
-func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Request {
+func buildRequest(def *policies.Definition, ts Tools, entries []record.Entry) model.Request {
 	req := model.Request{
 		Model:       def.Model.Name,
 		System:      def.System,
@@ -61,14 +62,14 @@ func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Req
 	}
 	for _, e := range entries {
 		switch e.Kind {
-		case KindEvent, KindUser, KindControl:
-			if e.Kind == KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == KindControl && e.Text == "" {
+		case record.KindEvent, record.KindUser, record.KindControl:
+			if e.Kind == record.KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == record.KindControl && e.Text == "" {
 				// interrupt, cancel, approve and deny are the runtime's
 				// business; the model sees their effects.
 				continue
 			}
 			text := e.Text
-			if e.Kind == KindControl {
+			if e.Kind == record.KindControl {
 				text = "[" + e.Name + "] " + text
 			}
 			if len(open) > 0 {
@@ -76,16 +77,16 @@ func buildRequest(def *policies.Definition, ts Tools, entries []Entry) model.Req
 				continue
 			}
 			user(text)
-		case KindAssistant:
+		case record.KindAssistant:
 			clear(open)
 			release()
 			msgs = append(msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
-		case KindToolCall:
+		case record.KindToolCall:
 			if l := last(); l != nil && l.Role == model.RoleAssistant {
 				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
 				open[e.CallID] = true
 			}
-		case KindToolResult:
+		case record.KindToolResult:
 			r := model.ToolResult{CallID: e.CallID, Content: e.Result, IsError: e.IsError}
 			if l := last(); l != nil && l.Role == model.RoleTool {
 				l.ToolResults = append(l.ToolResults, r)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -94,7 +96,7 @@ func (r *runner) add(d delivery) {
 			}
 			return -1
 		}
-		return cmpU64(a.seq, b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 }
 
@@ -104,7 +106,7 @@ func (r *runner) add(d delivery) {
 // goes on, so that a crash of the owner leads to its redelivery, and the
 // redelivery to recovery: a run a resume or an approve started has no
 // unacknowledged input but that control message.
-func consumedBy(d delivery, st State) bool {
+func consumedBy(d delivery, st record.State) bool {
 	last := st.InSeq
 	if d.ctl {
 		last = st.CtlSeq
@@ -113,7 +115,7 @@ func consumedBy(d delivery, st State) bool {
 }
 
 // ack acknowledges the held deliveries that st records as consumed.
-func (r *runner) ack(st State) {
+func (r *runner) ack(st record.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.held = slices.DeleteFunc(r.held, func(d delivery) bool {
@@ -142,7 +144,7 @@ func (r *runner) heldAfter(seq uint64, ctl bool) (delivery, bool) {
 
 // allConsumed reports whether st records every held delivery consumed,
 // the last input included.
-func (r *runner) allConsumed(st State) bool {
+func (r *runner) allConsumed(st record.State) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, d := range r.held {
@@ -203,7 +205,7 @@ func (r *runner) run(ctx context.Context) {
 			r.release(2 * time.Second)
 		case ctx.Err() != nil:
 			r.release(0)
-		case errors.Is(err, ErrFenced), errors.Is(err, ErrLeaseLost):
+		case errors.Is(err, record.ErrFenced), errors.Is(err, ErrLeaseLost):
 			r.w.m.fenced.Inc()
 			r.log.Warn("session dropped: fenced", "err", err)
 			r.release(time.Second)
@@ -224,7 +226,7 @@ func (r *runner) session(ctx context.Context) error {
 	// runs the session (the last input and the last control message stay
 	// unacknowledged until the run rests: they bring recovery if its owner
 	// dies).
-	if st, _, err := w.store.load(ctx, r.ref); err == nil {
+	if st, _, err := w.store.Load(ctx, r.ref); err == nil {
 		r.ack(st)
 		if st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
 			(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {

@@ -5,28 +5,29 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
 
 // StatusChange is the body of a jl.status.<agent>.<session> message and of
 // the JL_AUDIT record of the same change.
 type StatusChange struct {
-	Agent      string    `json:"agent"`
-	Session    string    `json:"session"`
-	Status     Status    `json:"status"`
-	Previous   Status    `json:"previous,omitempty"`
-	Since      time.Time `json:"since"`
-	Reason     string    `json:"reason,omitempty"`
-	WaitingFor string    `json:"waiting_for,omitempty"`
-	Turns      int       `json:"turns"`
-	Worker     string    `json:"worker"`
+	Agent      string        `json:"agent"`
+	Session    string        `json:"session"`
+	Status     record.Status `json:"status"`
+	Previous   record.Status `json:"previous,omitempty"`
+	Since      time.Time     `json:"since"`
+	Reason     string        `json:"reason,omitempty"`
+	WaitingFor string        `json:"waiting_for,omitempty"`
+	Turns      int           `json:"turns"`
+	Worker     string        `json:"worker"`
 }
 
 // announce publishes a status change that has been written: a core
 // message for live watchers and a durable audit record. Both follow the
 // KV write, which is the truth; a failure is logged, never retried into a
 // second record.
-func (w *Worker) announce(ctx context.Context, ref streams.SessionRef, prev Status, st State) {
+func (w *Worker) announce(ctx context.Context, ref streams.SessionRef, prev record.Status, st record.State) {
 	w.m.statuses.WithLabelValues(string(st.Status)).Inc()
 	b, err := json.Marshal(StatusChange{
 		Agent: ref.Agent, Session: ref.Session, Status: st.Status, Previous: prev,

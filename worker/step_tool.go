@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
 )
 
@@ -24,7 +29,7 @@ type toolOutcome struct {
 
 // runTool calls tool once. A runtime error and a panic become an error
 // result for the model: a bad call must not take the worker down.
-func runTool(ctx context.Context, tool tools.Tool, call CallRef, args json.RawMessage, agent, session, dir string) (out toolOutcome) {
+func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, args json.RawMessage, agent, session, dir string) (out toolOutcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			out = toolOutcome{text: fmt.Sprintf("tool %s panicked: %v", call.Name, p), isErr: true}
@@ -46,4 +51,209 @@ func runTool(ctx context.Context, tool tools.Tool, call CallRef, args json.RawMe
 		return toolOutcome{text: fmt.Sprintf("tool %s failed: %v", call.Name, err), isErr: true}
 	}
 	return toolOutcome{text: res.Content, isErr: res.IsError, blob: res.Blob, block: res.Block}
+}
+
+// toolStep runs one tool call: intent, call, settlement. With rec it
+// resumes an earlier worker's intent: the call runs again only if its
+// stored and current declarations both say replay-safe; otherwise it gets
+// a synthetic error result under the reserved id.
+func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record.Intent) error {
+	now := time.Now().UTC()
+	tool, spec, found := s.lookup(call.Name)
+	if rec == nil {
+		if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
+			return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
+		}
+		if !found {
+			return s.settleResult(ctx, call, s.st.Steps+1, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.Tools, ", ")), true, "")
+		}
+		if gate, need, note := s.gate(ctx, call, spec.ReplaySafe); need {
+			return s.blockForApproval(ctx, call, gate, note)
+		}
+	}
+	var in record.Intent
+	if rec == nil {
+		next := s.st.Clone()
+		in = record.Intent{Kind: record.StepTool, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry,
+			CallID: call.ID, Tool: call.Name, Args: s.args(call), ReplaySafe: spec.ReplaySafe, Owner: s.w.cfg.ID, Started: now}
+		next.Pending = &in
+		// An approval lets one run through, this one.
+		next.Approved = ""
+		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
+		if err := s.writeIntent(ctx, next); err != nil {
+			return err
+		}
+	} else {
+		in = *rec
+		if !(in.ReplaySafe && found && spec.ReplaySafe) {
+			s.w.m.recoveries.WithLabelValues(string(record.StepTool), "synthetic").Inc()
+			s.log.Warn("tool call interrupted and not replay-safe: settling a synthetic error result", "tool", call.Name, "call", call.ID)
+			return s.settleResult(ctx, call, in.Step, interruptedText, true, "")
+		}
+		if in.Attempt >= s.w.cfg.MaxRecoveries {
+			return s.settleResult(ctx, call, in.Step, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, in.Attempt+1), true, "")
+		}
+		if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
+			next := s.st.Clone()
+			entries := []record.Entry{}
+			e := s.entry(&next, record.KindToolResult)
+			e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, interruptedText+"; not run again: budget exceeded", true
+			entries = append(entries, e)
+			next.Calls = next.Calls[1:]
+			return s.stopBudget(ctx, next, entries, limit, reason)
+		}
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "rerun").Inc()
+		next := s.st.Clone()
+		next.Pending.Attempt++
+		next.Pending.Owner = s.w.cfg.ID
+		if err := s.writeIntent(ctx, next); err != nil {
+			return err
+		}
+		in = *next.Pending
+	}
+	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
+
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = s.w.cfg.ToolTimeout
+	}
+	sctx, cancel := s.stepContext(ctx)
+	tctx, tcancel := context.WithTimeout(sctx, timeout)
+	dir, derr := s.workDir()
+	var res toolOutcome
+	if derr != nil {
+		res = toolOutcome{text: "no work folder: " + derr.Error(), isErr: true}
+	} else {
+		res = runTool(tctx, tool, call, in.Args, s.r.ref.Agent, s.r.ref.Session, dir)
+	}
+	abort := aborted(sctx)
+	deadline := sctx.Err() != nil && ctx.Err() == nil && abort == nil
+	timedOut := tctx.Err() != nil && sctx.Err() == nil
+	tcancel()
+	cancel()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if abort != nil {
+		s.log.Info("tool call aborted", "tool", call.Name, "call", call.ID, "step", in.Step, "why", abort)
+		return abort
+	}
+	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
+	s.w.m.stepSeconds.WithLabelValues(string(record.StepTool)).Observe(time.Since(in.Started).Seconds())
+	if timedOut && res.isErr {
+		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
+	}
+	if deadline {
+		// The run's deadline or its tick's timeout cut the call. A call
+		// that returned its result anyway keeps it; one that was stopped
+		// may have done part of its work.
+		_, reason := budget(s.st, record.StepTool, time.Now())
+		tickOut := reason == "" && s.st.TickExpired(time.Now())
+		what := "the run's deadline"
+		if tickOut {
+			what = "the tick timeout"
+		}
+		next := s.st.Clone()
+		e := s.entry(&next, record.KindToolResult)
+		e.Name, e.CallID, e.Result, e.IsError, e.Blob = call.Name, call.ID, cut(res.text, record.MaxEntryBytes), res.isErr, res.blob
+		if res.isErr || res.block {
+			e.Result = cut(fmt.Sprintf("cancelled by %s%s (%s)", what, mayHaveRun, res.text), record.MaxEntryBytes)
+			e.IsError, e.Blob = true, ""
+		}
+		next.Calls = next.Calls[1:]
+		next.Steps = in.Step
+		next.Pending = nil
+		if tickOut {
+			reason := fmt.Sprintf("%s: the run of tick %s outlived its schedule's timeout", tickTimeoutText, next.Tick.ID)
+			s.log.Warn("tick timeout", "schedule", next.Tick.Schedule, "tick", next.Tick.ID)
+			next.Tick.TimedOut = true
+			return s.failRun(ctx, next, []record.Entry{e}, reason, reason)
+		}
+		if reason == "" {
+			reason = "deadline passed during a tool call"
+		}
+		return s.stopBudget(ctx, next, []record.Entry{e}, "deadline", reason)
+	}
+	if res.block {
+		return s.block(ctx, call, in.Step, res.text)
+	}
+	return s.settleResult(ctx, call, in.Step, res.text, res.isErr, res.blob)
+}
+
+// settleResult settles a call's result under its reserved id.
+func (s *session) settleResult(ctx context.Context, call record.CallRef, step uint64, text string, isErr bool, blob string) error {
+	next := s.st.Clone()
+	e := s.entry(&next, record.KindToolResult)
+	e.Name, e.CallID, e.Result, e.IsError, e.Blob = call.Name, call.ID, cut(text, record.MaxEntryBytes), isErr, blob
+	next.Calls = next.Calls[1:]
+	next.Pending = nil
+	next.Steps = step
+	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
+		return err
+	}
+	outcome := "ok"
+	if isErr {
+		outcome = "error"
+	}
+	if text == interruptedText {
+		outcome = "synthetic"
+	}
+	s.w.m.steps.WithLabelValues(string(record.StepTool), outcome).Inc()
+	s.log.Info("tool step settled", "turn", next.Turns, "step", step, "tool", call.Name, "call", call.ID, "is_error", isErr)
+	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: step, Tool: call.Name, CallID: call.ID})
+	return nil
+}
+
+// block parks the session until a human answers call: no result yet, the
+// call stays outstanding, the status is blocked with the question.
+func (s *session) block(ctx context.Context, call record.CallRef, step uint64, question string) error {
+	next := s.st.Clone()
+	e := s.entry(&next, record.KindSystem)
+	e.Text = "waiting for a human: " + question
+	next.Pending = nil
+	next.Steps = step
+	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
+	next.WaitingFor = cut(question, 4096)
+	next.BlockedCall = call.ID
+	s.log.Info("session blocked", "call", call.ID, "tool", call.Name)
+	return s.commit(ctx, []record.Entry{e}, next)
+}
+
+// lookup finds a tool the definition allows.
+func (s *session) lookup(name string) (tool toolsTool, spec toolsSpec, ok bool) {
+	allowed := false
+	for _, n := range s.def.Tools {
+		if n == name {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return nil, toolsSpec{}, false
+	}
+	t, ok := s.w.cfg.Tools.Get(name)
+	if !ok {
+		return nil, toolsSpec{}, false
+	}
+	return t, t.Spec(), true
+}
+
+// args returns the arguments of a call from its tool_call entry.
+func (s *session) args(call record.CallRef) json.RawMessage {
+	for i := len(s.log_) - 1; i >= 0; i-- {
+		if s.log_[i].ID == call.Entry {
+			return s.log_[i].Args
+		}
+	}
+	return json.RawMessage(`{}`)
+}
+
+// workDir creates and returns the session's work folder.
+func (s *session) workDir() (string, error) {
+	at, st, _ := strings.Cut(s.r.ref.Key(), ".")
+	dir := filepath.Join(s.w.cfg.WorkDir, at, st)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	return dir, nil
 }

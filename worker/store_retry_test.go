@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
@@ -65,7 +66,7 @@ func TestSettlementRetriedWhileBatchesAreFull(t *testing.T) {
 	abandon := make(chan func(), 1)
 	e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}, Metrics: m,
 		Trace: func(ctx context.Context, p worker.TracePoint) {
-			if p.Phase == worker.PhaseSettle && p.Kind == worker.StepTool {
+			if p.Phase == worker.PhaseSettle && p.Kind == record.StepTool {
 				abandon <- openBatches(t, e, maxBatchesInFlight)
 			}
 		}})
@@ -79,10 +80,10 @@ func TestSettlementRetriedWhileBatchesAreFull(t *testing.T) {
 		return nil
 	})
 	free()
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	checkCalls(t, tr)
 	for _, en := range tr.Transcript {
-		if en.Kind == worker.KindToolResult && (en.IsError || en.Result != "appended "+en.CallID) {
+		if en.Kind == record.KindToolResult && (en.IsError || en.Result != "appended "+en.CallID) {
 			t.Errorf("tool result %+v: want the call's real result", en)
 		}
 	}

@@ -11,29 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 )
-
-// TickRun is the schedule tick that started a session's current or last
-// run: the worker applies its timeout and records its result in
-// jl_schedules when the run rests.
-type TickRun struct {
-	ID       string `json:"id"`
-	Schedule string `json:"schedule"`
-	// Slot is the slot that fired.
-	Slot time.Time `json:"slot,omitzero"`
-	// Deadline is when the tick's timeout ends the run; zero: none.
-	Deadline time.Time `json:"deadline,omitzero"`
-	// TimedOut marks a run the tick's timeout ended.
-	TimedOut bool `json:"timed_out,omitempty"`
-	// Result is what was recorded in jl_schedules; empty until then.
-	Result string `json:"result,omitempty"`
-	// Overlap is the schedule's overlap policy when the tick fired.
-	Overlap string `json:"overlap,omitempty"`
-	// Superseded marks a run a newer tick cancelled (cancel_previous).
-	Superseded bool `json:"superseded,omitempty"`
-}
 
 // tickTimeoutText is the reason a run ended by its tick's timeout.
 const tickTimeoutText = "tick timeout"
@@ -43,7 +24,7 @@ const tickTimeoutText = "tick timeout"
 // the overlap policy. It returns the tick's event for a tick that starts
 // a run; handled reports an input consumed without a run (next then
 // records it).
-func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev event.Event, handled bool, err error) {
+func (s *session) tickInput(ctx context.Context, in *input, next *record.State) (ev event.Event, handled bool, err error) {
 	msg := &nats.Msg{Subject: in.subject, Header: in.header, Data: in.data}
 	t, err := schedule.ParseTick(msg)
 	if err != nil {
@@ -79,7 +60,7 @@ func (s *session) tickInput(ctx context.Context, in *input, next *State) (ev eve
 		s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultSkipped, errors.New(why))
 		return ev, true, nil
 	}
-	run := &TickRun{ID: t.ID, Schedule: t.Spec.Schedule, Slot: t.Slot, Overlap: t.Spec.Overlap}
+	run := &record.TickRun{ID: t.ID, Schedule: t.Spec.Schedule, Slot: t.Slot, Overlap: t.Spec.Overlap}
 	if d := t.Spec.Timeout.D(); d > 0 {
 		run.Deadline = time.Now().UTC().Add(d)
 	}
@@ -173,7 +154,7 @@ func (r *runner) pollSupersede(ctx context.Context) {
 // schedule now replaces.
 func (s *session) supersededRun(ctx context.Context) bool {
 	t := s.st.Tick
-	if s.st.Status != StatusWorking || t == nil || t.Overlap != schedule.OverlapCancelPrevious || t.Superseded || t.Result != "" {
+	if s.st.Status != record.StatusWorking || t == nil || t.Overlap != schedule.OverlapCancelPrevious || t.Superseded || t.Result != "" {
 		return false
 	}
 	s.r.ctlMu.Lock()
@@ -190,12 +171,12 @@ func (s *session) supersededRun(ctx context.Context) bool {
 // step it aborted and the calls left open. The session is not final: the
 // newer tick starts the next run.
 func (s *session) endSuperseded(ctx context.Context) error {
-	next := s.st.clone()
-	e := s.entry(&next, KindSystem)
+	next := s.st.Clone()
+	e := s.entry(&next, record.KindSystem)
 	e.Text = fmt.Sprintf("%s: tick %s of schedule %s replaced this run", supersededText, next.Tick.ID, next.Tick.Schedule)
-	entries := append([]Entry{e}, s.settleOpen(&next, supersededText)...)
+	entries := append([]record.Entry{e}, s.settleOpen(&next, supersededText)...)
 	next.Tick.Superseded = true
-	next.setStatus(StatusFailed, supersededText, time.Now().UTC())
+	next.SetStatus(record.StatusFailed, supersededText, time.Now().UTC())
 	s.log.Info("run cancelled by a newer tick", "schedule", next.Tick.Schedule, "tick", next.Tick.ID)
 	return s.commit(ctx, entries, next)
 }
@@ -223,18 +204,12 @@ func (w *Worker) forwardTick(ctx context.Context, t schedule.Tick) error {
 	return nil
 }
 
-// tickExpired reports whether the run's tick timeout has passed. A tick
-// whose result is recorded has no say over later runs.
-func (st State) tickExpired(now time.Time) bool {
-	return st.Tick != nil && st.Tick.Result == "" && !st.Tick.Deadline.IsZero() && !now.Before(st.Tick.Deadline)
-}
-
 // tickTimeout ends the run its tick's timeout ran out on, as failed: the
 // session is not final, the next tick starts another run.
 func (s *session) tickTimeout(ctx context.Context) error {
 	reason := fmt.Sprintf("%s: the run of tick %s outlived its schedule's timeout", tickTimeoutText, s.st.Tick.ID)
 	s.log.Warn("tick timeout", "schedule", s.st.Tick.Schedule, "tick", s.st.Tick.ID)
-	return s.failStepWith(ctx, reason, func(next *State) { next.Tick.TimedOut = true })
+	return s.failStepWith(ctx, reason, func(next *record.State) { next.Tick.TimedOut = true })
 }
 
 // recordTickResult records the result of the tick that started the run
@@ -246,12 +221,12 @@ func (s *session) recordTickResult(ctx context.Context) error {
 	switch {
 	case t.TimedOut:
 		result, terr = schedule.ResultTimeout, errors.New(s.st.Reason)
-	case s.st.Status == StatusDone || s.st.Status == StatusIdle:
+	case s.st.Status == record.StatusDone || s.st.Status == record.StatusIdle:
 	default:
 		result, terr = schedule.ResultFailed, fmt.Errorf("%s: %s", s.st.Status, s.st.Reason)
 	}
 	s.w.recordTick(ctx, s.r.ref.Agent, t.Schedule, t.ID, t.Slot, result, terr)
-	next := s.st.clone()
+	next := s.st.Clone()
 	next.Tick.Result = result
 	return s.commit(ctx, nil, next)
 }

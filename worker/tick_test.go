@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -63,10 +64,10 @@ func waitHealth(t *testing.T, r *schedule.Reconciler, ok func(schedule.Health) e
 	return h
 }
 
-func ticksIn(tr worker.Transcript) int {
+func ticksIn(tr record.Transcript) int {
 	n := 0
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindEvent && e.Name == "dev.jetloop.tick" {
+		if e.Kind == record.KindEvent && e.Name == "dev.jetloop.tick" {
 			n++
 		}
 	}
@@ -79,7 +80,7 @@ func TestPersistentScheduleContinuesOneSession(t *testing.T) {
 		policies.ScriptEntry{Text: "checked"}))
 	ref := e.ref(t, "mon", "drift")
 	natstest.WaitFor(t, 60*time.Second, func() error {
-		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err := record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
@@ -104,13 +105,13 @@ func TestEphemeralScheduleRunsASessionPerTick(t *testing.T) {
 	runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Session: schedule.Ephemeral},
 		policies.ScriptEntry{Text: "digest"}))
 	natstest.WaitFor(t, 60*time.Second, func() error {
-		sums, err := worker.List(context.Background(), e.js, e.names)
+		sums, err := record.List(context.Background(), e.js, e.names)
 		if err != nil {
 			return err
 		}
 		done := 0
 		for _, s := range sums {
-			if s.Agent == "mon" && s.Session != "drift" && s.Status == worker.StatusDone {
+			if s.Agent == "mon" && s.Session != "drift" && s.Status == record.StatusDone {
 				done++
 			}
 		}
@@ -134,10 +135,10 @@ func TestOverlapSkipDoesNotPileUp(t *testing.T) {
 		return nil
 	})
 	ref := e.ref(t, "mon", "drift")
-	var tr worker.Transcript
+	var tr record.Transcript
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		var err error
-		tr, err = worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err = record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
@@ -150,11 +151,11 @@ func TestOverlapSkipDoesNotPileUp(t *testing.T) {
 	var lastEnd time.Time
 	for _, en := range tr.Transcript {
 		switch {
-		case en.Kind == worker.KindEvent && en.Name == "dev.jetloop.tick":
+		case en.Kind == record.KindEvent && en.Name == "dev.jetloop.tick":
 			if !lastEnd.IsZero() && en.Time.Before(lastEnd) {
 				t.Errorf("tick of %s ran though it fired before the previous run ended at %s", en.Time, lastEnd)
 			}
-		case en.Kind == worker.KindAssistant:
+		case en.Kind == record.KindAssistant:
 			lastEnd = en.Time
 		}
 	}
@@ -195,7 +196,7 @@ func TestTickTimeoutFailsTheRunNotTheSession(t *testing.T) {
 		}
 		return nil
 	})
-	tr, err := worker.Show(context.Background(), e.js, e.names, e.ref(t, "mon", "drift"))
+	tr, err := record.Show(context.Background(), e.js, e.names, e.ref(t, "mon", "drift"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,15 +214,15 @@ func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
 	slow := policies.ScriptEntry{Text: "slow", Delay: policies.Duration(time.Minute)}
 	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Overlap: schedule.OverlapCancelPrevious, MaxFailures: 100}, slow))
 	ref := e.ref(t, "mon", "drift")
-	var tr worker.Transcript
+	var tr record.Transcript
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		var err error
-		if tr, err = worker.Show(context.Background(), e.js, e.names, ref); err != nil {
+		if tr, err = record.Show(context.Background(), e.js, e.names, ref); err != nil {
 			return err
 		}
 		superseded := 0
 		for _, en := range tr.Transcript {
-			if en.Kind == worker.KindSystem && strings.HasPrefix(en.Text, "cancelled by a newer tick") {
+			if en.Kind == record.KindSystem && strings.HasPrefix(en.Text, "cancelled by a newer tick") {
 				superseded++
 			}
 		}
@@ -230,7 +231,7 @@ func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
 		}
 		return nil
 	})
-	if tr.Status.Final() || tr.Pending != nil && tr.Pending.Kind != worker.StepModel {
+	if tr.Status.Final() || tr.Pending != nil && tr.Pending.Kind != record.StepModel {
 		t.Fatalf("session %s (%s), pending %+v", tr.Status, tr.Reason, tr.Pending)
 	}
 	if tr.Budget.Usage.UnknownUsageCalls < 2 {
@@ -293,7 +294,7 @@ func TestTickTimeoutAppliesToItsOwnRunOnly(t *testing.T) {
 	ref := e.ref(t, "mon", "drift")
 	fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err := record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
@@ -304,14 +305,14 @@ func TestTickTimeoutAppliesToItsOwnRunOnly(t *testing.T) {
 	})
 	e.send(t, ref, "what changed?")
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err := record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
-		if tr.Status == worker.StatusFailed {
+		if tr.Status == record.StatusFailed {
 			t.Fatalf("the message's run failed: %s", tr.Reason)
 		}
-		if tr.Status != worker.StatusDone || count(tr, worker.KindAssistant, "") != 2 {
+		if tr.Status != record.StatusDone || count(tr, record.KindAssistant, "") != 2 {
 			return fmt.Errorf("status %s, transcript %s", tr.Status, kinds(tr))
 		}
 		return nil
@@ -350,7 +351,7 @@ func TestTimeoutDuringToolCall(t *testing.T) {
 		name      string
 		def       policies.Definition
 		start     func(t *testing.T, e *env)
-		status    worker.Status
+		status    record.Status
 		inflight  string
 		notRunPfx string
 	}{
@@ -360,7 +361,7 @@ func TestTimeoutDuringToolCall(t *testing.T) {
 			start: func(t *testing.T, e *env) {
 				fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
 			},
-			status:    worker.StatusFailed,
+			status:    record.StatusFailed,
 			inflight:  "cancelled by the tick timeout; may or may not have run",
 			notRunPfx: "not run: tick timeout",
 		},
@@ -371,7 +372,7 @@ func TestTimeoutDuringToolCall(t *testing.T) {
 			start: func(t *testing.T, e *env) {
 				e.send(t, e.ref(t, "mon", "drift"), "go")
 			},
-			status:    worker.StatusBudgetExceeded,
+			status:    record.StatusBudgetExceeded,
 			inflight:  "cancelled by the run's deadline; may or may not have run",
 			notRunPfx: "not run: budget exceeded",
 		},
@@ -390,12 +391,12 @@ func TestTimeoutDuringToolCall(t *testing.T) {
 				t.Fatalf("%d calls started, want 1", len(started))
 			}
 			var calls []string
-			results := map[string]worker.Entry{}
+			results := map[string]record.Entry{}
 			for _, en := range tr.Transcript {
 				switch en.Kind {
-				case worker.KindToolCall:
+				case record.KindToolCall:
 					calls = append(calls, en.CallID)
-				case worker.KindToolResult:
+				case record.KindToolResult:
 					results[en.CallID] = en
 				}
 			}

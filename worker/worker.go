@@ -15,6 +15,7 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -29,7 +30,7 @@ type Worker struct {
 	names  streams.Names
 	log    *slog.Logger
 	m      *Metrics
-	store  *store
+	store  *record.Store
 	leases *leases
 	in     jetstream.Stream
 	ctl    jetstream.Stream
@@ -61,10 +62,10 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		rules:   make(map[string]*policies.Compiled),
 	}
 	var err error
-	if w.store, err = newStore(ctx, js, cfg.Names); err != nil {
+	if w.store, err = record.Open(ctx, js, cfg.Names); err != nil {
 		return nil, err
 	}
-	w.store.retried = func(ref streams.SessionRef, why string, err error) {
+	w.store.Retried = func(ref streams.SessionRef, why string, err error) {
 		w.m.writeRetries.WithLabelValues(why).Inc()
 		w.log.Warn("state write failed for a passing reason; trying again", "agent", ref.Agent, "session", ref.Session, "why", why, "err", err)
 	}

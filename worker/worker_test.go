@@ -18,6 +18,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
@@ -139,12 +140,12 @@ func (e *env) send(t *testing.T, ref streams.SessionRef, text string) uint64 {
 
 // waitStatus waits until the session's state has status and returns its
 // transcript.
-func (e *env) waitStatus(t *testing.T, ref streams.SessionRef, want worker.Status) worker.Transcript {
+func (e *env) waitStatus(t *testing.T, ref streams.SessionRef, want record.Status) record.Transcript {
 	t.Helper()
-	var tr worker.Transcript
+	var tr record.Transcript
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		var err error
-		tr, err = worker.Show(context.Background(), e.js, e.names, ref)
+		tr, err = record.Show(context.Background(), e.js, e.names, ref)
 		if err != nil {
 			return err
 		}
@@ -164,7 +165,7 @@ func callLedger(text string) policies.ScriptEntry {
 	return policies.ScriptEntry{Text: text, ToolCalls: []policies.ScriptToolCall{{Name: "ledger", Args: map[string]any{"note": text}}}}
 }
 
-func kinds(tr worker.Transcript) string {
+func kinds(tr record.Transcript) string {
 	var ks []string
 	for _, e := range tr.Transcript {
 		ks = append(ks, string(e.Kind))
@@ -173,16 +174,16 @@ func kinds(tr worker.Transcript) string {
 }
 
 // checkCalls asserts every tool call has exactly one result.
-func checkCalls(t *testing.T, tr worker.Transcript) {
+func checkCalls(t *testing.T, tr record.Transcript) {
 	t.Helper()
 	results := map[string]int{}
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindToolResult {
+		if e.Kind == record.KindToolResult {
 			results[e.CallID]++
 		}
 	}
 	for _, e := range tr.Transcript {
-		if e.Kind == worker.KindToolCall && results[e.CallID] != 1 {
+		if e.Kind == record.KindToolCall && results[e.CallID] != 1 {
 			t.Errorf("call %s has %d results", e.CallID, results[e.CallID])
 		}
 	}
@@ -198,7 +199,7 @@ func TestRunToDone(t *testing.T) {
 	e.start(t, worker.Config{Definitions: d, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}})
 	ref := e.ref(t, "demo", "octo/repo#1")
 	e.send(t, ref, "hello")
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,assistant,tool_call,tool_result,assistant"; got != want {
 		t.Fatalf("transcript kinds %s, want %s", got, want)
 	}
@@ -216,13 +217,13 @@ func TestRunToDone(t *testing.T) {
 	// A second message continues the session with another run.
 	e.send(t, ref, "again")
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		tr, _ = worker.Show(context.Background(), e.js, e.names, ref)
-		if tr.Status != worker.StatusDone || len(tr.Transcript) < 7 {
+		tr, _ = record.Show(context.Background(), e.js, e.names, ref)
+		if tr.Status != record.StatusDone || len(tr.Transcript) < 7 {
 			return fmt.Errorf("status %s with %d entries", tr.Status, len(tr.Transcript))
 		}
 		return nil
 	})
-	list, err := worker.List(context.Background(), e.js, e.names)
+	list, err := record.List(context.Background(), e.js, e.names)
 	if err != nil || len(list) != 1 || list[0].Session != "octo/repo#1" || list[0].Turns != 3 {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
@@ -308,11 +309,11 @@ func TestStaleWorkerFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st worker.State
+	var st record.State
 	if err := json.Unmarshal(kve.Value(), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Pending == nil || st.Pending.Kind != worker.StepModel {
+	if st.Pending == nil || st.Pending.Kind != record.StepModel {
 		t.Fatalf("state during the call has no model intent: %+v", st)
 	}
 	st.Owner, st.Epoch = "successor", st.Epoch+1
@@ -339,7 +340,7 @@ func TestStaleWorkerFenced(t *testing.T) {
 	if err := leases.Purge(ctx, e.names.LeaseKey(ref)); err != nil {
 		t.Fatal(err)
 	}
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	if got, want := kinds(tr), "user,system,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
@@ -366,7 +367,7 @@ func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"looper": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"looper"}})
 	ref := e.ref(t, "looper", "s1")
 	e.send(t, ref, "go")
-	tr := e.waitStatus(t, ref, worker.StatusBudgetExceeded)
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
 	if !strings.Contains(tr.Reason, "max_turns 3") || tr.Budget.Usage.Turns != 3 || tr.Budget.Run.Turns != 3 {
 		t.Fatalf("reason %q, turns %d, run turns %d", tr.Reason, tr.Budget.Usage.Turns, tr.Budget.Run.Turns)
 	}
@@ -395,11 +396,11 @@ func TestLoopingAgentStopsAtTurnCeiling(t *testing.T) {
 	if seen := nextStatus() + "," + nextStatus(); seen != "working,budget_exceeded" {
 		t.Fatalf("status messages of the second run %v", seen)
 	}
-	tr, err = worker.Show(ctx, e.js, e.names, ref)
+	tr, err = record.Show(ctx, e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Budget.Usage.Turns != 6 || tr.Budget.Run.Turns != 3 || tr.Status != worker.StatusBudgetExceeded {
+	if tr.Budget.Usage.Turns != 6 || tr.Budget.Run.Turns != 3 || tr.Status != record.StatusBudgetExceeded {
 		t.Fatalf("after the second run: %s, lifetime turns %d, run turns %d", tr.Status, tr.Budget.Usage.Turns, tr.Budget.Run.Turns)
 	}
 	checkCalls(t, tr)
@@ -434,27 +435,27 @@ func TestBudgetIsPerRun(t *testing.T) {
 	for i := range 3 {
 		e.send(t, ref, fmt.Sprintf("message %d", i+1))
 		natstest.WaitFor(t, 30*time.Second, func() error {
-			tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+			tr, err := record.Show(context.Background(), e.js, e.names, ref)
 			if err != nil {
 				return err
 			}
-			if tr.Status == worker.StatusBudgetExceeded {
+			if tr.Status == record.StatusBudgetExceeded {
 				t.Fatalf("run %d: %s", i+1, tr.Reason)
 			}
-			if tr.Status != worker.StatusDone || tr.Budget.Usage.Turns != 2*(i+1) {
+			if tr.Status != record.StatusDone || tr.Budget.Usage.Turns != 2*(i+1) {
 				return fmt.Errorf("status %s after %d turns", tr.Status, tr.Budget.Usage.Turns)
 			}
 			return nil
 		})
 	}
-	tr, err := worker.Show(context.Background(), e.js, e.names, ref)
+	tr, err := record.Show(context.Background(), e.js, e.names, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u, r := tr.Budget.Usage, tr.Budget.Run; u.Tokens != 600 || r.Turns != 2 || r.Tokens != 200 || r.Started.IsZero() {
 		t.Fatalf("usage %+v, run %+v", u, r)
 	}
-	list, err := worker.List(context.Background(), e.js, e.names)
+	list, err := record.List(context.Background(), e.js, e.names)
 	if err != nil || len(list) != 1 || list[0].Turns != 6 || list[0].Tokens != 600 || list[0].RunTurns != 2 || list[0].RunTokens != 200 {
 		t.Fatalf("status list %+v, %v", list, err)
 	}
@@ -485,18 +486,18 @@ func TestBlockedSessionWaitsForHuman(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"asker": def}, Tools: worker.ToolMap{"ask": asker{}}, Agents: []string{"asker"}})
 	ref := e.ref(t, "asker", "s1")
 	e.send(t, ref, "ship it")
-	tr := e.waitStatus(t, ref, worker.StatusBlocked)
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
 	if tr.WaitingFor != "Deploy to prod?" || kinds(tr) != "user,assistant,tool_call,system" {
 		t.Fatalf("blocked session: waiting for %q, transcript %s", tr.WaitingFor, kinds(tr))
 	}
-	list, err := worker.List(context.Background(), e.js, e.names)
-	if err != nil || len(list) != 1 || list[0].WaitingFor != "Deploy to prod?" || list[0].Status != worker.StatusBlocked {
+	list, err := record.List(context.Background(), e.js, e.names)
+	if err != nil || len(list) != 1 || list[0].WaitingFor != "Deploy to prod?" || list[0].Status != record.StatusBlocked {
 		t.Fatalf("status list %+v %v", list, err)
 	}
 	e.send(t, ref, "also: today")
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		tr, _ = worker.Show(context.Background(), e.js, e.names, ref)
-		if kinds(tr) != "user,assistant,tool_call,system,user" || tr.Status != worker.StatusBlocked {
+		tr, _ = record.Show(context.Background(), e.js, e.names, ref)
+		if kinds(tr) != "user,assistant,tool_call,system,user" || tr.Status != record.StatusBlocked {
 			return fmt.Errorf("status %s transcript %s", tr.Status, kinds(tr))
 		}
 		return nil
@@ -511,7 +512,7 @@ func TestDeadlineStopsRun(t *testing.T) {
 	e.start(t, worker.Config{Definitions: defs{"slow": def}, Agents: []string{"slow"}})
 	ref := e.ref(t, "slow", "s1")
 	e.send(t, ref, "hurry")
-	tr := e.waitStatus(t, ref, worker.StatusBudgetExceeded)
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
 	if !strings.Contains(tr.Reason, "deadline 300ms") || tr.Pending != nil || kinds(tr) != "user,system" {
 		t.Fatalf("reason %q, pending %+v, transcript %s", tr.Reason, tr.Pending, kinds(tr))
 	}
@@ -553,11 +554,11 @@ func TestDuplicateCallIDsInOneAnswer(t *testing.T) {
 		Models: func(policies.Model) (model.Model, error) { return m, nil }})
 	ref := e.ref(t, "demo", "s1")
 	e.send(t, ref, "go")
-	tr := e.waitStatus(t, ref, worker.StatusDone)
+	tr := e.waitStatus(t, ref, record.StatusDone)
 	checkCalls(t, tr)
 	seen := map[string]bool{}
 	for _, en := range tr.Transcript {
-		if en.Kind != worker.KindToolCall {
+		if en.Kind != record.KindToolCall {
 			continue
 		}
 		if seen[en.CallID] {

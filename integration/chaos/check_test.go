@@ -8,8 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // violation is one broken promise, with the session it concerns.
@@ -22,7 +22,7 @@ type violation struct {
 type report struct {
 	counts     map[string]int
 	violations []violation
-	sessions   map[ref]worker.Transcript
+	sessions   map[ref]record.Transcript
 	// unsettled lists why the system is not yet at rest (empty once it
 	// is): what the quiet period waits for.
 	unsettled []string
@@ -37,8 +37,8 @@ func (r *report) violate(s ref, format string, args ...any) {
 // check reads every session and the ledger back and holds them against
 // what the workload was answered.
 func check(ctx context.Context, s *system, sent []sent) (*report, error) {
-	r := &report{counts: map[string]int{}, sessions: map[ref]worker.Transcript{}}
-	sums, err := worker.List(ctx, s.js, s.names)
+	r := &report{counts: map[string]int{}, sessions: map[ref]record.Transcript{}}
+	sums, err := record.List(ctx, s.js, s.names)
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)
 	}
@@ -47,7 +47,7 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
-		tr, err := worker.Show(ctx, s.js, s.names, sr)
+		tr, err := record.Show(ctx, s.js, s.names, sr)
 		if err != nil {
 			return nil, fmt.Errorf("show %s: %w", sr, err)
 		}
@@ -76,13 +76,13 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		called := map[string]bool{}
 		for _, e := range tr.Transcript {
 			switch e.Kind {
-			case worker.KindToolCall:
+			case record.KindToolCall:
 				if called[e.CallID] {
 					r.violate(k, "tool call %s appears twice", e.CallID)
 				}
 				called[e.CallID] = true
 				calls[k.agent+" "+k.session+" "+e.CallID] = true
-			case worker.KindToolResult:
+			case record.KindToolResult:
 				results[e.CallID]++
 				if e.IsError && strings.Contains(e.Result, "may or may not have run") {
 					r.add("tool calls interrupted, settled as such", 1)
@@ -128,7 +128,7 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 	}
 	for k, tr := range r.sessions {
 		for _, e := range tr.Transcript {
-			if e.Kind == worker.KindToolResult && !e.IsError && seen[k.agent+" "+k.session+" "+e.CallID] == 0 {
+			if e.Kind == record.KindToolResult && !e.IsError && seen[k.agent+" "+k.session+" "+e.CallID] == 0 {
 				r.violate(k, "tool result %s says the call ran, but the ledger has no line for it", e.CallID)
 			}
 		}
@@ -139,7 +139,7 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 	for k, tr := range r.sessions {
 		ids := map[string]int{}
 		for _, e := range tr.Transcript {
-			if (e.Kind == worker.KindEvent || e.Kind == worker.KindUser) && e.Event != nil {
+			if (e.Kind == record.KindEvent || e.Kind == record.KindUser) && e.Event != nil {
 				ids[e.Event.ID]++
 				if e.Name == "dev.jetloop.tick" {
 					r.add("ticks processed", 1)
@@ -216,7 +216,7 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		}
 		n := 0
 		for _, e := range tr.Transcript {
-			if (e.Kind == worker.KindControl || e.Kind == worker.KindSystem) && e.Event != nil && e.Event.Seq == d.seq &&
+			if (e.Kind == record.KindControl || e.Kind == record.KindSystem) && e.Event != nil && e.Event.Seq == d.seq &&
 				(e.Event.Type == "steer" || strings.HasPrefix(e.Event.Type, "dev.jetloop.control.")) {
 				n++
 			}
@@ -276,7 +276,7 @@ func (r *report) countLines() []string {
 }
 
 // describe renders a session's transcript for a violation's report.
-func describe(tr worker.Transcript) string {
+func describe(tr record.Transcript) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "session %s/%s: status %s", tr.Agent, tr.Session, tr.Status)
 	if tr.Reason != "" {
@@ -300,7 +300,7 @@ func describe(tr worker.Transcript) string {
 			fmt.Fprintf(&b, " event=%s seq=%d", e.Event.ID, e.Event.Seq)
 		}
 		text := e.Text
-		if e.Kind == worker.KindToolResult {
+		if e.Kind == record.KindToolResult {
 			text = e.Result
 		}
 		if text != "" {

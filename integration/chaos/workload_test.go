@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // Kinds of what the workload sends.
@@ -298,7 +298,7 @@ func (w *workload) doomed(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		tr, err := worker.Show(sctx, w.s.js, w.s.names, sr)
+		tr, err := record.Show(sctx, w.s.js, w.s.names, sr)
 		cancel()
 		if err == nil && hasEvent(tr, d.id) {
 			w.mu.Lock()
@@ -398,9 +398,9 @@ func (w *workload) deliveries() []sent {
 }
 
 // hasEvent reports whether a transcript records the event with id.
-func hasEvent(tr worker.Transcript, id string) bool {
+func hasEvent(tr record.Transcript, id string) bool {
 	for _, e := range tr.Transcript {
-		if (e.Kind == worker.KindEvent || e.Kind == worker.KindUser) && e.Event != nil && e.Event.ID == id {
+		if (e.Kind == record.KindEvent || e.Kind == record.KindUser) && e.Event != nil && e.Event.ID == id {
 			return true
 		}
 	}

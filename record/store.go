@@ -1,4 +1,4 @@
-package worker
+package record
 
 import (
 	"bytes"
@@ -58,8 +58,10 @@ const (
 	writeRetryMax   = time.Second
 )
 
-// store reads and writes sessions in jl_sessions.
-type store struct {
+// Store reads and writes sessions in jl_sessions: the state under
+// <agent>.<session>.state, the transcript entries under
+// <agent>.<session>.log.<id>.
+type Store struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
 	names  streams.Names
@@ -68,50 +70,51 @@ type store struct {
 	// publish publishes one atomic batch (publishBatch; tests replace it
 	// to lose an answer).
 	publish func(ctx context.Context, msgs []*nats.Msg) (uint64, error)
-	// retried, if set, hears every write attempt that failed for a
-	// passing reason and is made again.
-	retried func(ref streams.SessionRef, why string, err error)
+	// Retried, if set, hears every write attempt that failed for a
+	// passing reason and is made again. Set it before the first write.
+	Retried func(ref streams.SessionRef, why string, err error)
 }
 
-func newStore(ctx context.Context, js jetstream.JetStream, names streams.Names) (*store, error) {
+// Open opens the sessions bucket of names.
+func Open(ctx context.Context, js jetstream.JetStream, names streams.Names) (*Store, error) {
 	kv, err := js.KeyValue(ctx, names.BucketSessions())
 	if err != nil {
-		return nil, fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
+		return nil, fmt.Errorf("record: open bucket %s: %w", names.BucketSessions(), err)
 	}
-	s := &store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}
+	s := &Store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}
 	s.publish = s.publishBatch
 	return s, nil
 }
 
-// load returns a session's state and its revision, ErrNotFound when the
+// Load returns a session's state and its revision, ErrNotFound when the
 // session has none.
-func (s *store) load(ctx context.Context, ref streams.SessionRef) (State, uint64, error) {
+func (s *Store) Load(ctx context.Context, ref streams.SessionRef) (State, uint64, error) {
 	e, err := s.kv.Get(ctx, s.names.StateKey(ref))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return State{}, 0, fmt.Errorf("worker: session %s: %w", ref, ErrNotFound)
+		return State{}, 0, fmt.Errorf("record: session %s: %w", ref, ErrNotFound)
 	}
 	if err != nil {
-		return State{}, 0, fmt.Errorf("worker: read state of %s: %w", ref, err)
+		return State{}, 0, fmt.Errorf("record: read state of %s: %w", ref, err)
 	}
 	var st State
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return State{}, 0, fmt.Errorf("worker: decode state of %s (revision %d): %w", ref, e.Revision(), err)
+		return State{}, 0, fmt.Errorf("record: decode state of %s (revision %d): %w", ref, e.Revision(), err)
 	}
 	return st, e.Revision(), nil
 }
 
-// create writes the first state of a session; ErrFenced when one exists.
-func (s *store) create(ctx context.Context, ref streams.SessionRef, st State) (uint64, error) {
+// Create writes the first state of a session; ErrFenced when one exists.
+func (s *Store) Create(ctx context.Context, ref streams.SessionRef, st State) (uint64, error) {
 	b, err := json.Marshal(st)
 	if err != nil {
-		return 0, fmt.Errorf("worker: encode state of %s: %w", ref, err)
+		return 0, fmt.Errorf("record: encode state of %s: %w", ref, err)
 	}
 	rev, err := s.kv.Create(ctx, s.names.StateKey(ref), b)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("worker: create state of %s: %w", ref, ErrFenced)
+		return 0, fmt.Errorf("record: create state of %s: %w", ref, ErrFenced)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("worker: create state of %s: %w", ref, err)
+		return 0, fmt.Errorf("record: create state of %s: %w", ref, err)
 	}
 	return rev, nil
 }
@@ -120,16 +123,16 @@ func (s *store) create(ctx context.Context, ref streams.SessionRef, st State) (u
 func encodeState(ref streams.SessionRef, st State) ([]byte, error) {
 	b, err := json.Marshal(st)
 	if err != nil {
-		return nil, fmt.Errorf("worker: encode state of %s: %w", ref, err)
+		return nil, fmt.Errorf("record: encode state of %s: %w", ref, err)
 	}
 	if len(b) > MaxEntryBytes*3 {
-		return nil, fmt.Errorf("worker: state of %s is %d bytes: too large", ref, len(b))
+		return nil, fmt.Errorf("record: state of %s is %d bytes: too large", ref, len(b))
 	}
 	return b, nil
 }
 
-// update writes st if the state is still at revision rev.
-func (s *store) update(ctx context.Context, ref streams.SessionRef, st State, rev uint64) (uint64, error) {
+// Update writes st if the state is still at revision rev.
+func (s *Store) Update(ctx context.Context, ref streams.SessionRef, st State, rev uint64) (uint64, error) {
 	b, err := encodeState(ref, st)
 	if err != nil {
 		return 0, err
@@ -140,25 +143,25 @@ func (s *store) update(ctx context.Context, ref streams.SessionRef, st State, re
 	})
 }
 
-// settle writes entries and the next state as one atomic batch,
+// Settle writes entries and the next state as one atomic batch,
 // conditional on the state being at revision rev: all of it lands or none.
 // Without entries it is a plain compare-and-set.
-func (s *store) settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
+func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
 	if len(entries) == 0 {
-		return s.update(ctx, ref, st, rev)
+		return s.Update(ctx, ref, st, rev)
 	}
 	if len(entries)+1 > MaxBatch {
-		return 0, fmt.Errorf("worker: settlement of %s has %d entries, max %d", ref, len(entries), MaxBatch-1)
+		return 0, fmt.Errorf("record: settlement of %s has %d entries, max %d", ref, len(entries), MaxBatch-1)
 	}
 	msgs := make([]*nats.Msg, 0, len(entries)+1)
 	maxPayload := int(s.nc.MaxPayload())
 	for _, e := range entries {
 		b, err := marshal(e)
 		if err != nil {
-			return 0, fmt.Errorf("worker: encode entry %d of %s: %w", e.ID, ref, err)
+			return 0, fmt.Errorf("record: encode entry %d of %s: %w", e.ID, ref, err)
 		}
 		if len(b) > maxPayload-1024 {
-			return 0, fmt.Errorf("worker: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
+			return 0, fmt.Errorf("record: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
 		}
 		msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
 	}
@@ -182,7 +185,7 @@ func (s *store) settle(ctx context.Context, ref streams.SessionRef, entries []En
 // made again, so the effect a settlement records is never thrown away
 // for it. After an attempt whose outcome is unknown (no answer), the
 // state is read back: if it holds b, that attempt landed.
-func (s *store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64, attempt func(context.Context) (uint64, error)) (uint64, error) {
+func (s *Store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64, attempt func(context.Context) (uint64, error)) (uint64, error) {
 	uncertain := false
 	delay := writeRetryFirst
 	for n := 1; ; n++ {
@@ -193,7 +196,7 @@ func (s *store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev
 			return nrev, nil
 		}
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w (last attempt: %v)", ref, rev, context.Cause(ctx), err)
+			return 0, fmt.Errorf("record: write state of %s at revision %d: %w (last attempt: %v)", ref, rev, context.Cause(ctx), err)
 		}
 		why, retry, unknown := classifyWrite(err)
 		if why == "fenced" || unknown {
@@ -207,20 +210,20 @@ func (s *store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev
 				case landed:
 					return lrev, nil
 				case lrev != rev:
-					return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, ErrFenced)
+					return 0, fmt.Errorf("record: write state of %s at revision %d: %w", ref, rev, ErrFenced)
 				}
 			} else {
-				return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, ErrFenced)
+				return 0, fmt.Errorf("record: write state of %s at revision %d: %w", ref, rev, ErrFenced)
 			}
 		}
 		if !retry && why != "fenced" {
-			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w", ref, rev, err)
+			return 0, fmt.Errorf("record: write state of %s at revision %d: %w", ref, rev, err)
 		}
-		if s.retried != nil {
-			s.retried(ref, why, err)
+		if s.Retried != nil {
+			s.Retried(ref, why, err)
 		}
 		if err := sleep(ctx, jitter(delay)); err != nil {
-			return 0, fmt.Errorf("worker: write state of %s at revision %d: %w (after %d attempts, last: %v)", ref, rev, context.Cause(ctx), n, err)
+			return 0, fmt.Errorf("record: write state of %s at revision %d: %w (after %d attempts, last: %v)", ref, rev, context.Cause(ctx), n, err)
 		}
 		delay = min(2*delay, writeRetryMax)
 	}
@@ -229,7 +232,7 @@ func (s *store) write(ctx context.Context, ref streams.SessionRef, b []byte, rev
 // landed reads the state back after an attempt whose outcome is unknown:
 // it reports whether the state holds b (and its revision), or the
 // revision it is at.
-func (s *store) landed(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64) (uint64, bool, error) {
+func (s *Store) landed(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64) (uint64, bool, error) {
 	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 	defer cancel()
 	e, err := s.kv.Get(gctx, s.names.StateKey(ref))
@@ -278,10 +281,10 @@ func jitter(d time.Duration) time.Duration {
 	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
 }
 
-// writeEntries writes transcript entries without a state, in atomic
+// WriteEntries writes transcript entries without a state, in atomic
 // batches of at most MaxBatch: they are part of no transcript until a
 // state whose NextEntry covers them is written (a fork's new session).
-func (s *store) writeEntries(ctx context.Context, ref streams.SessionRef, entries []Entry) error {
+func (s *Store) WriteEntries(ctx context.Context, ref streams.SessionRef, entries []Entry) error {
 	maxPayload := int(s.nc.MaxPayload())
 	for len(entries) > 0 {
 		chunk := entries[:min(len(entries), MaxBatch)]
@@ -290,10 +293,10 @@ func (s *store) writeEntries(ctx context.Context, ref streams.SessionRef, entrie
 		for _, e := range chunk {
 			b, err := marshal(e)
 			if err != nil {
-				return fmt.Errorf("worker: encode entry %d of %s: %w", e.ID, ref, err)
+				return fmt.Errorf("record: encode entry %d of %s: %w", e.ID, ref, err)
 			}
 			if len(b) > maxPayload-1024 {
-				return fmt.Errorf("worker: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
+				return fmt.Errorf("record: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
 			}
 			msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
 		}
@@ -308,10 +311,10 @@ func (s *store) writeEntries(ctx context.Context, ref streams.SessionRef, entrie
 				break
 			}
 			if _, retry, _ := classifyWrite(err); !retry || ctx.Err() != nil {
-				return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+				return fmt.Errorf("record: write %d entries of %s: %w", len(msgs), ref, err)
 			}
 			if err := sleep(ctx, jitter(delay)); err != nil {
-				return fmt.Errorf("worker: write %d entries of %s: %w", len(msgs), ref, err)
+				return fmt.Errorf("record: write %d entries of %s: %w", len(msgs), ref, err)
 			}
 			delay = min(2*delay, writeRetryMax)
 		}
@@ -330,7 +333,7 @@ type batchAck struct {
 // publishBatch publishes msgs as one atomic batch and returns the
 // sequence of the last one. Only the commit is a request; the messages
 // before it ride the same connection, so they reach the server first.
-func (s *store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+func (s *Store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set(hdrBatchID, id)
@@ -365,21 +368,27 @@ func (s *store) publishBatch(ctx context.Context, msgs []*nats.Msg) (uint64, err
 	return ack.Seq, nil
 }
 
+// IsConflict reports whether err is a conditional write's conflict: the
+// key was not at the expected revision (or, for a create, existed).
+func IsConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)
+}
+
 func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == errCodeWrongLastSeq || apiErr.ErrorCode == errCodeWrongLastSeqConstant)
 }
 
-// transcript reads a session's entries 1..upto-1 in order. Missing ids
+// Entries reads a session's entries 1..upto-1 in order. Missing ids
 // (never, unless the bucket was tampered with) are an error.
-func (s *store) transcript(ctx context.Context, ref streams.SessionRef, next uint64) ([]Entry, error) {
+func (s *Store) Entries(ctx context.Context, ref streams.SessionRef, next uint64) ([]Entry, error) {
 	if next <= 1 {
 		return nil, nil
 	}
 	w, err := s.kv.Watch(ctx, s.names.LogKeys(ref), jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("worker: read transcript of %s: %w", ref, err)
+		return nil, fmt.Errorf("record: read transcript of %s: %w", ref, err)
 	}
 	defer w.Stop()
 	out := make([]Entry, 0, next-1)
@@ -389,7 +398,7 @@ func (s *store) transcript(ctx context.Context, ref streams.SessionRef, next uin
 			return nil, ctx.Err()
 		case kve, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("worker: read transcript of %s: watcher closed", ref)
+				return nil, fmt.Errorf("record: read transcript of %s: watcher closed", ref)
 			}
 			if kve == nil {
 				slices.SortFunc(out, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
@@ -397,13 +406,13 @@ func (s *store) transcript(ctx context.Context, ref streams.SessionRef, next uin
 				// (there are none, but a reader must not trust them).
 				out = slices.DeleteFunc(out, func(e Entry) bool { return e.ID >= next })
 				if uint64(len(out)) != next-1 {
-					return nil, fmt.Errorf("worker: transcript of %s has %d of %d entries", ref, len(out), next-1)
+					return nil, fmt.Errorf("record: transcript of %s has %d of %d entries", ref, len(out), next-1)
 				}
 				return out, nil
 			}
 			var e Entry
 			if err := json.Unmarshal(kve.Value(), &e); err != nil {
-				return nil, fmt.Errorf("worker: decode %s: %w", kve.Key(), err)
+				return nil, fmt.Errorf("record: decode %s: %w", kve.Key(), err)
 			}
 			out = append(out, e)
 		}
@@ -418,4 +427,16 @@ func cmpU64(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -1,4 +1,4 @@
-package worker
+package record
 
 import (
 	"context"
@@ -59,11 +59,11 @@ func summarise(st State) Summary {
 func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]Summary, error) {
 	kv, err := js.KeyValue(ctx, names.BucketSessions())
 	if err != nil {
-		return nil, fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
+		return nil, fmt.Errorf("record: open bucket %s: %w", names.BucketSessions(), err)
 	}
 	w, err := kv.Watch(ctx, names.StateKeys(), jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("worker: list sessions: %w", err)
+		return nil, fmt.Errorf("record: list sessions: %w", err)
 	}
 	defer w.Stop()
 	var out []Summary
@@ -73,7 +73,7 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]S
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("worker: list sessions: watcher closed")
+				return nil, fmt.Errorf("record: list sessions: watcher closed")
 			}
 			if e == nil {
 				slices.SortFunc(out, func(a, b Summary) int {
@@ -86,10 +86,10 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]S
 			}
 			var st State
 			if err := json.Unmarshal(e.Value(), &st); err != nil {
-				return nil, fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+				return nil, fmt.Errorf("record: decode %s: %w", e.Key(), err)
 			}
 			if len(out) >= MaxList {
-				return nil, fmt.Errorf("worker: list sessions: more than %d", MaxList)
+				return nil, fmt.Errorf("record: list sessions: more than %d", MaxList)
 			}
 			out = append(out, summarise(st))
 		}
@@ -160,15 +160,15 @@ type Transcript struct {
 // Show returns a session's state and whole transcript, consistent with
 // each other (a settlement lands whole or not at all).
 func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef) (Transcript, error) {
-	s, err := newStore(ctx, js, names)
+	s, err := Open(ctx, js, names)
 	if err != nil {
 		return Transcript{}, err
 	}
-	st, _, err := s.load(ctx, ref)
+	st, _, err := s.Load(ctx, ref)
 	if err != nil {
 		return Transcript{}, err
 	}
-	entries, err := s.transcript(ctx, ref, st.NextEntry)
+	entries, err := s.Entries(ctx, ref, st.NextEntry)
 	if err != nil {
 		return Transcript{}, err
 	}
@@ -205,11 +205,11 @@ type Update struct {
 func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef, fn func(Update) error) error {
 	kv, err := js.KeyValue(ctx, names.BucketSessions())
 	if err != nil {
-		return fmt.Errorf("worker: open bucket %s: %w", names.BucketSessions(), err)
+		return fmt.Errorf("record: open bucket %s: %w", names.BucketSessions(), err)
 	}
 	w, err := kv.Watch(ctx, names.SessionKeys(ref), jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("worker: follow %s: %w", ref, err)
+		return fmt.Errorf("record: follow %s: %w", ref, err)
 	}
 	defer w.Stop()
 	stateKey := names.StateKey(ref)
@@ -237,7 +237,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 			return nil
 		case e, ok := <-w.Updates():
 			if !ok {
-				return fmt.Errorf("worker: follow %s: watcher closed", ref)
+				return fmt.Errorf("record: follow %s: watcher closed", ref)
 			}
 			if e == nil {
 				continue
@@ -246,7 +246,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 			if e.Key() == stateKey {
 				var st State
 				if err := json.Unmarshal(e.Value(), &st); err != nil {
-					return fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+					return fmt.Errorf("record: decode %s: %w", e.Key(), err)
 				}
 				limit = st.NextEntry
 				if err = flush(); err == nil {
@@ -255,7 +255,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 			} else {
 				var en Entry
 				if err := json.Unmarshal(e.Value(), &en); err != nil {
-					return fmt.Errorf("worker: decode %s: %w", e.Key(), err)
+					return fmt.Errorf("record: decode %s: %w", e.Key(), err)
 				}
 				pending = append(pending, en)
 				err = flush()

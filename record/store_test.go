@@ -1,4 +1,4 @@
-package worker
+package record
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/jetloop/jetloop/streams"
 )
 
-func testStore(t *testing.T) (*store, streams.SessionRef) {
+func testStore(t *testing.T) (*Store, streams.SessionRef) {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
@@ -21,7 +21,7 @@ func testStore(t *testing.T) (*store, streams.SessionRef) {
 	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newStore(ctx, js, streams.Default())
+	s, err := Open(ctx, js, streams.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,8 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	s, ref := testStore(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
-	st := newState(ref.Agent, ref.Session, now)
-	rev, err := s.create(ctx, ref, st)
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,19 +55,19 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 		return 0, context.DeadlineExceeded
 	}
 	var retries []string
-	s.retried = func(_ streams.SessionRef, why string, _ error) { retries = append(retries, why) }
-	next := st.clone()
+	s.Retried = func(_ streams.SessionRef, why string, _ error) { retries = append(retries, why) }
+	next := st.Clone()
 	var entries []Entry
 	for range 2 {
 		entries = append(entries, Entry{ID: next.NextEntry, Kind: KindSystem, Text: "note", Time: now})
 		next.NextEntry++
 	}
 	next.Steps = 1
-	nrev, err := s.settle(ctx, ref, entries, next, rev)
+	nrev, err := s.Settle(ctx, ref, entries, next, rev)
 	if err != nil {
 		t.Fatalf("settle: %v (retries %v)", err, retries)
 	}
-	got, grev, err := s.load(ctx, ref)
+	got, grev, err := s.Load(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	if published != 1 {
 		t.Fatalf("batch published %d times, want once", published)
 	}
-	tr, err := s.transcript(ctx, ref, got.NextEntry)
+	tr, err := s.Entries(ctx, ref, got.NextEntry)
 	if err != nil || len(tr) != 2 {
 		t.Fatalf("transcript %v, %v", tr, err)
 	}
@@ -88,19 +88,19 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 func TestSettleFencedIsNotRetried(t *testing.T) {
 	s, ref := testStore(t)
 	ctx := context.Background()
-	st := newState(ref.Agent, ref.Session, time.Now().UTC())
-	rev, err := s.create(ctx, ref, st)
+	st := NewState(ref.Agent, ref.Session, time.Now().UTC())
+	rev, err := s.Create(ctx, ref, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.update(ctx, ref, st, rev); err != nil {
+	if _, err := s.Update(ctx, ref, st, rev); err != nil {
 		t.Fatal(err)
 	}
-	s.retried = func(_ streams.SessionRef, why string, err error) { t.Errorf("retried (%s): %v", why, err) }
+	s.Retried = func(_ streams.SessionRef, why string, err error) { t.Errorf("retried (%s): %v", why, err) }
 	e := Entry{ID: 1, Kind: KindSystem, Text: "late"}
-	next := st.clone()
+	next := st.Clone()
 	next.NextEntry = 2
-	if _, err := s.settle(ctx, ref, []Entry{e}, next, rev); !errors.Is(err, ErrFenced) {
+	if _, err := s.Settle(ctx, ref, []Entry{e}, next, rev); !errors.Is(err, ErrFenced) {
 		t.Fatalf("settle at a stale revision: %v, want ErrFenced", err)
 	}
 }

@@ -1,10 +1,10 @@
-package worker_test
+package record_test
 
 import (
 	"encoding/json"
 	"testing"
 
-	"github.com/jetloop/jetloop/worker"
+	"github.com/jetloop/jetloop/record"
 )
 
 // TestEntryJSONAlwaysHasItsKindsFields checks the show --json contract:
@@ -12,24 +12,24 @@ import (
 func TestEntryJSONAlwaysHasItsKindsFields(t *testing.T) {
 	tests := []struct {
 		name   string
-		entry  worker.Entry
+		entry  record.Entry
 		want   map[string]any
 		absent []string
 	}{
 		{
 			name:  "tool result with empty output",
-			entry: worker.Entry{ID: 4, Kind: worker.KindToolResult, Name: "shell", CallID: "c1"},
+			entry: record.Entry{ID: 4, Kind: record.KindToolResult, Name: "shell", CallID: "c1"},
 			want:  map[string]any{"result": "", "is_error": false, "call_id": "c1"},
 		},
 		{
 			name:   "assistant with only tool calls",
-			entry:  worker.Entry{ID: 2, Kind: worker.KindAssistant},
+			entry:  record.Entry{ID: 2, Kind: record.KindAssistant},
 			want:   map[string]any{"text": ""},
 			absent: []string{"result", "is_error"},
 		},
 		{
 			name:   "user message",
-			entry:  worker.Entry{ID: 1, Kind: worker.KindUser, Text: "hi"},
+			entry:  record.Entry{ID: 1, Kind: record.KindUser, Text: "hi"},
 			want:   map[string]any{"text": "hi", "kind": "user"},
 			absent: []string{"result", "is_error"},
 		},

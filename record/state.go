@@ -1,4 +1,4 @@
-package worker
+package record
 
 import (
 	"bytes"
@@ -186,10 +186,35 @@ type Steer struct {
 // State is a session's turn state, stored under <agent>.<session>.state.
 // Every write is a compare-and-set on the key's revision, the session's
 // fencing token.
+//
+// Its parts are grouped by what they answer; they are embedded, so the
+// stored JSON is one flat object (the field names are the contract) and
+// st.Turns reads as well as st.Account.Turns.
 type State struct {
+	Origin
+	Standing
+	Program
+	Account
+	Cursor
+	Work
+	Fence
+}
+
+// Origin is what a session is and where it came from.
+type Origin struct {
 	Agent   string `json:"agent"`
 	Session string `json:"session"`
-	Status  Status `json:"status"`
+	// Parent is the session this one was forked from (same agent), with
+	// the last turn copied and the JL_CTL sequence of the fork message.
+	Parent   string    `json:"parent,omitempty"`
+	ForkTurn int       `json:"fork_turn,omitempty"`
+	ForkSeq  uint64    `json:"fork_seq,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// Standing is where a session stands and what it waits on.
+type Standing struct {
+	Status Status `json:"status"`
 	// Since is when Status last changed.
 	Since time.Time `json:"since"`
 	// Reason says why a session failed, was cancelled or exceeded its
@@ -206,17 +231,19 @@ type State struct {
 	// Approved is the call an approve let through: its next step runs it
 	// without asking the gates again.
 	Approved string `json:"approved,omitempty"`
-	// Parent is the session this one was forked from (same agent), with
-	// the last turn copied and the JL_CTL sequence of the fork message.
-	Parent   string `json:"parent,omitempty"`
-	ForkTurn int    `json:"fork_turn,omitempty"`
-	ForkSeq  uint64 `json:"fork_seq,omitempty"`
+}
+
+// Program is the definition a session runs.
+type Program struct {
 	// DefinitionVersion is the agent definition version the session runs.
 	DefinitionVersion uint64 `json:"definition_version"`
 	// Limits are the budget of that definition.
-	Limits  policies.Budget `json:"limits,omitzero"`
-	Created time.Time       `json:"created"`
-	Updated time.Time       `json:"updated"`
+	Limits policies.Budget `json:"limits,omitzero"`
+}
+
+// Account is what a session has consumed, over its life and in its
+// current (or last) run.
+type Account struct {
 	// Turns counts model calls made over the session's life (a re-made
 	// call counts once); it numbers the turns.
 	Turns int `json:"turns"`
@@ -232,6 +259,16 @@ type State struct {
 	// UnknownUsage counts model calls interrupted before settlement: they
 	// may have been billed, their usage is unknown.
 	UnknownUsage int `json:"unknown_usage_calls,omitempty"`
+	// RunStarted is when the current (or last) run began: the deadline
+	// budget counts from it.
+	RunStarted time.Time `json:"run_started,omitzero"`
+	// RunEnded is when the last run came to rest.
+	RunEnded time.Time `json:"run_ended,omitzero"`
+}
+
+// Cursor is how far a session has read and written: its transcript and
+// the streams it consumes.
+type Cursor struct {
 	// NextEntry is the id the next transcript entry gets.
 	NextEntry uint64 `json:"next_entry"`
 	// InSeq is the JL_IN sequence of the last input recorded; inputs up to
@@ -239,9 +276,13 @@ type State struct {
 	InSeq uint64 `json:"in_seq"`
 	// CtlSeq is the JL_CTL sequence of the last control message applied.
 	CtlSeq uint64 `json:"ctl_seq"`
-	// RunStarted is when the current (or last) run began: the deadline
-	// budget counts from it.
-	RunStarted time.Time `json:"run_started,omitzero"`
+	// LastTickID is the last tick consumed: a tick the server fired twice
+	// is processed once.
+	LastTickID string `json:"last_tick_id,omitempty"`
+}
+
+// Work is what the current run has still to do.
+type Work struct {
 	// Calls are the last assistant message's tool calls without a result,
 	// in order.
 	Calls []CallRef `json:"calls,omitempty"`
@@ -254,29 +295,50 @@ type State struct {
 	// nil when that run was started by anything else. Its timeout bounds
 	// only its own run, until its result is recorded.
 	Tick *TickRun `json:"tick,omitempty"`
-	// LastTickID is the last tick consumed: a tick the server fired twice
-	// is processed once.
-	LastTickID string `json:"last_tick_id,omitempty"`
-	// RunEnded is when the last run came to rest.
-	RunEnded time.Time `json:"run_ended,omitzero"`
-	// Owner is the worker that wrote the state last; Epoch counts the
-	// times a worker took the session over.
-	Owner string `json:"owner,omitempty"`
-	Epoch uint64 `json:"epoch"`
 }
 
-// newState is the state of a session that has just been created.
-func newState(agent, session string, now time.Time) State {
+// Fence is who wrote the state last, and when.
+type Fence struct {
+	// Owner is the worker that wrote the state last; Epoch counts the
+	// times a worker took the session over.
+	Owner   string    `json:"owner,omitempty"`
+	Epoch   uint64    `json:"epoch"`
+	Updated time.Time `json:"updated"`
+}
+
+// TickRun is the schedule tick that started a session's current or last
+// run: the worker applies its timeout and records its result in
+// jl_schedules when the run rests.
+type TickRun struct {
+	ID       string `json:"id"`
+	Schedule string `json:"schedule"`
+	// Slot is the slot that fired.
+	Slot time.Time `json:"slot,omitzero"`
+	// Deadline is when the tick's timeout ends the run; zero: none.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// TimedOut marks a run the tick's timeout ended.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Result is what was recorded in jl_schedules; empty until then.
+	Result string `json:"result,omitempty"`
+	// Overlap is the schedule's overlap policy when the tick fired.
+	Overlap string `json:"overlap,omitempty"`
+	// Superseded marks a run a newer tick cancelled (cancel_previous).
+	Superseded bool `json:"superseded,omitempty"`
+}
+
+// NewState is the state of a session that has just been created.
+func NewState(agent, session string, now time.Time) State {
 	return State{
-		Agent: agent, Session: session,
-		Status: StatusIdle, Since: now,
-		Created: now, Updated: now,
-		NextEntry: 1,
+		Origin:   Origin{Agent: agent, Session: session, Created: now},
+		Standing: Standing{Status: StatusIdle, Since: now},
+		Cursor:   Cursor{NextEntry: 1},
+		Fence:    Fence{Updated: now},
 	}
 }
 
-// setStatus changes the status and, when it changed, Since.
-func (s *State) setStatus(st Status, reason string, now time.Time) {
+// SetStatus changes the status and, when it changed, Since; a status
+// other than blocked clears what a blocked session waits on.
+func (s *State) SetStatus(st Status, reason string, now time.Time) {
 	if s.Status != st {
 		s.Since = now
 	}
@@ -287,8 +349,9 @@ func (s *State) setStatus(st Status, reason string, now time.Time) {
 	}
 }
 
-// clone copies the parts of s that settlements change in place.
-func (s State) clone() State {
+// Clone returns a copy of s that shares nothing a settlement changes in
+// place.
+func (s State) Clone() State {
 	c := s
 	c.Calls = append([]CallRef(nil), s.Calls...)
 	c.Steers = append([]Steer(nil), s.Steers...)
@@ -301,4 +364,10 @@ func (s State) clone() State {
 		c.Tick = &t
 	}
 	return c
+}
+
+// TickExpired reports whether the run's tick timeout has passed. A tick
+// whose result is recorded has no say over later runs.
+func (s State) TickExpired(now time.Time) bool {
+	return s.Tick != nil && s.Tick.Result == "" && !s.Tick.Deadline.IsZero() && !now.Before(s.Tick.Deadline)
 }

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jetloop/jetloop/record"
+)
+
+// budget returns the limit of the current run reached before a step of
+// kind, and why.
+func budget(st record.State, kind record.StepKind, now time.Time) (limit, reason string) {
+	l := st.Limits
+	switch {
+	case kind == record.StepModel && l.MaxTurns > 0 && st.RunTurns >= l.MaxTurns:
+		return "max_turns", fmt.Sprintf("max_turns %d reached in this run", l.MaxTurns)
+	case l.MaxTokens > 0 && st.RunUsage.Tokens() >= l.MaxTokens:
+		return "max_tokens", fmt.Sprintf("max_tokens %d reached in this run (%d used)", l.MaxTokens, st.RunUsage.Tokens())
+	case l.MaxCostUSD > 0 && st.RunUsage.CostUSD >= l.MaxCostUSD:
+		return "max_cost_usd", fmt.Sprintf("max_cost_usd %.4f reached in this run (%.4f spent)", l.MaxCostUSD, st.RunUsage.CostUSD)
+	case l.Deadline > 0 && !st.RunStarted.IsZero() && now.Sub(st.RunStarted) >= l.Deadline.D():
+		return "deadline", fmt.Sprintf("deadline %s passed (run started %s)", l.Deadline.D(), st.RunStarted.Format(time.RFC3339))
+	}
+	return "", ""
+}
+
+// stopBudget ends the run as budget_exceeded: a system entry with the
+// reason, and error results for the calls that will not run. The session
+// is not final: its next event starts a run with a fresh budget.
+func (s *session) stopBudget(ctx context.Context, next record.State, entries []record.Entry, limit, reason string) error {
+	e := s.entry(&next, record.KindSystem)
+	e.Text = "budget exceeded: " + reason
+	entries = append(entries, e)
+	entries = append(entries, s.closeOpen(&next, "budget exceeded ("+reason+")")...)
+	next.SetStatus(record.StatusBudgetExceeded, reason, time.Now().UTC())
+	s.w.m.budgetStops.WithLabelValues(limit).Inc()
+	s.log.Warn("budget exceeded", "limit", limit, "reason", reason)
+	return s.commit(ctx, entries, next)
+}
+
+// stepContext is the context of a step's effect: bounded by the run's
+// deadline, and aborted by a cancel or a newer tick (see aborted).
+func (s *session) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ectx, done := s.r.effectContext(ctx)
+	dctx, cancel := s.deadlineContext(ectx)
+	return dctx, func() { cancel(); done() }
+}
+
+// deadlineContext bounds ctx by the run's deadline and its tick's timeout.
+func (s *session) deadlineContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	var deadline time.Time
+	if d := s.st.Limits.Deadline.D(); d > 0 && !s.st.RunStarted.IsZero() {
+		deadline = s.st.RunStarted.Add(d)
+	}
+	if t := s.st.Tick; t != nil && t.Result == "" && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
+		deadline = t.Deadline
+	}
+	if !deadline.IsZero() {
+		return context.WithDeadline(ctx, deadline)
+	}
+	return context.WithCancel(ctx)
+}
