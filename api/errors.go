@@ -12,8 +12,8 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/policies"
-	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/schedule"
 )
 
 // Sentinels that an *Error matches by its code.
