@@ -133,10 +133,60 @@ func TestServiceAnnouncesEveryEndpoint(t *testing.T) {
 	}
 }
 
+// applyDemo stores examples/demo.yaml, so the agent "demo" exists.
+func (h *harness) applyDemo(t *testing.T) {
+	t.Helper()
+	demo, err := os.ReadFile("../examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "demo.yaml", Content: string(demo)}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// session returns the state of a session of agent demo in status, after
+// turns turns; blocked on call (an approval gate when gate is set).
+func session(name string, status worker.Status, turns int, call, gate string) worker.State {
+	var st worker.State
+	st.Agent, st.Session, st.Status, st.Since, st.Turns = "demo", name, status, time.Now().UTC(), turns
+	if status == worker.StatusBlocked {
+		st.BlockedCall, st.WaitingFor, st.Approval = call, call, gate
+	}
+	return st
+}
+
+// ctlLast is JL_CTL's last sequence.
+func (h *harness) ctlLast(t *testing.T) uint64 {
+	t.Helper()
+	st, err := h.js.Stream(ctx(t), h.names.StreamCtl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// TestControlEndpoints sends every verb to sessions in the states it acts
+// on, and in the states it cannot act on: those are answered 404, 409 or
+// 400 naming why, and nothing is published.
 func TestControlEndpoints(t *testing.T) {
 	h := start(t, api.Config{})
-	turn := 2
-	zero := 0
+	h.applyDemo(t)
+	h.putSession(t, session("working", worker.StatusWorking, 3, "", ""), nil)
+	h.putSession(t, session("paused", worker.StatusPaused, 2, "", ""), nil)
+	h.putSession(t, session("gated", worker.StatusBlocked, 2, "toolu_01", "rule 1"), nil)
+	h.putSession(t, session("asking", worker.StatusBlocked, 1, "toolu_07", ""), nil)
+	h.putSession(t, session("done", worker.StatusDone, 2, "", ""), nil)
+	h.putSession(t, session("cancelled", worker.StatusCancelled, 1, "", ""), nil)
+	// A session whose first event waits in JL_IN for a worker.
+	if _, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "queued", Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	turn, zero, past := 2, 0, 4
 	tests := []struct {
 		name    string
 		verb    control.Verb
@@ -144,39 +194,63 @@ func TestControlEndpoints(t *testing.T) {
 		wantErr error
 		errText string
 	}{
-		{name: "steer", verb: control.Steer, req: api.ControlRequest{Text: "focus on the tests"}},
-		{name: "interrupt", verb: control.Interrupt},
-		{name: "resume with text", verb: control.Resume, req: api.ControlRequest{Text: "go on"}},
-		{name: "cancel", verb: control.Cancel, req: api.ControlRequest{Text: "wrong branch"}},
-		{name: "approve", verb: control.Approve, req: api.ControlRequest{CallID: "toolu_01"}},
-		{name: "deny", verb: control.Deny, req: api.ControlRequest{CallID: "toolu_02", Text: "not on main"}},
-		{name: "fork", verb: control.Fork, req: api.ControlRequest{Turn: &turn, As: "main-retry"}},
-		{name: "fork at turn 0", verb: control.Fork, req: api.ControlRequest{Turn: &zero, As: "main-0"}},
-		{name: "steer without text", verb: control.Steer, wantErr: api.ErrBadRequest, errText: "steer needs text"},
-		{name: "approve without call id", verb: control.Approve, wantErr: api.ErrBadRequest, errText: "approve needs call_id"},
-		{name: "fork without turn", verb: control.Fork, req: api.ControlRequest{As: "x"}, wantErr: api.ErrBadRequest, errText: "turn is required"},
-		{name: "turn on cancel", verb: control.Cancel, req: api.ControlRequest{Turn: &turn}, wantErr: api.ErrBadRequest, errText: "turn is only for fork"},
+		{name: "steer", verb: control.Steer, req: api.ControlRequest{Session: "working", Text: "focus on the tests"}},
+		{name: "steer a resting session", verb: control.Steer, req: api.ControlRequest{Session: "done", Text: "next time"}},
+		{name: "interrupt", verb: control.Interrupt, req: api.ControlRequest{Session: "working"}},
+		{name: "resume paused", verb: control.Resume, req: api.ControlRequest{Session: "paused", Text: "go on"}},
+		{name: "resume ask_human", verb: control.Resume, req: api.ControlRequest{Session: "asking", Text: "yes"}},
+		{name: "resume done with text", verb: control.Resume, req: api.ControlRequest{Session: "done", Text: "and then"}},
+		{name: "cancel", verb: control.Cancel, req: api.ControlRequest{Session: "paused", Text: "wrong branch"}},
+		{name: "approve", verb: control.Approve, req: api.ControlRequest{Session: "gated", CallID: "toolu_01"}},
+		{name: "deny", verb: control.Deny, req: api.ControlRequest{Session: "gated", CallID: "toolu_01", Text: "not on main"}},
+		{name: "fork", verb: control.Fork, req: api.ControlRequest{Session: "working", Turn: &turn, As: "working-retry"}},
+		{name: "fork at turn 0", verb: control.Fork, req: api.ControlRequest{Session: "done", Turn: &zero, As: "done-0"}},
+
+		{name: "steer of a session whose event waits", verb: control.Steer, req: api.ControlRequest{Session: "queued", Text: "be brief"}},
+		{name: "interrupt of a session whose event waits", verb: control.Interrupt, req: api.ControlRequest{Session: "queued"}, wantErr: api.ErrConflict, errText: "the session is idle, not working"},
+		{name: "unknown agent", verb: control.Steer, req: api.ControlRequest{Agent: "nosuchagent", Session: "x", Text: "hi"}, wantErr: api.ErrNotFound, errText: `no agent "nosuchagent"`},
+		{name: "unknown session", verb: control.Steer, req: api.ControlRequest{Session: "nosuch", Text: "hi"}, wantErr: api.ErrNotFound, errText: "no session demo/nosuch"},
+		{name: "cancel of an unknown session", verb: control.Cancel, req: api.ControlRequest{Session: "nosuch"}, wantErr: api.ErrNotFound, errText: "no session demo/nosuch"},
+		{name: "approve of another call", verb: control.Approve, req: api.ControlRequest{Session: "gated", CallID: "toolu_99"}, wantErr: api.ErrConflict, errText: "call toolu_99 is not pending: the session waits for approval of call toolu_01"},
+		{name: "deny of a session waiting for no approval", verb: control.Deny, req: api.ControlRequest{Session: "done", CallID: "toolu_01"}, wantErr: api.ErrConflict, errText: "the session is done and waits for no approval"},
+		{name: "approve of an ask_human", verb: control.Approve, req: api.ControlRequest{Session: "asking", CallID: "toolu_07"}, wantErr: api.ErrConflict, errText: "waits for an answer to call toolu_07"},
+		{name: "resume of a gated session", verb: control.Resume, req: api.ControlRequest{Session: "gated"}, wantErr: api.ErrConflict, errText: "approve or deny it"},
+		{name: "resume of a done session", verb: control.Resume, req: api.ControlRequest{Session: "done"}, wantErr: api.ErrConflict, errText: "nothing to resume"},
+		{name: "interrupt of a resting session", verb: control.Interrupt, req: api.ControlRequest{Session: "done"}, wantErr: api.ErrConflict, errText: "not working"},
+		{name: "cancel of a cancelled session", verb: control.Cancel, req: api.ControlRequest{Session: "cancelled"}, wantErr: api.ErrConflict, errText: "already cancelled"},
+		{name: "steer of a cancelled session", verb: control.Steer, req: api.ControlRequest{Session: "cancelled", Text: "x"}, wantErr: api.ErrConflict, errText: "cancelled"},
+		{name: "fork onto an existing session", verb: control.Fork, req: api.ControlRequest{Session: "working", Turn: &turn, As: "done"}, wantErr: api.ErrConflict, errText: "session demo/done exists"},
+		{name: "fork past the last turn", verb: control.Fork, req: api.ControlRequest{Session: "working", Turn: &past, As: "new"}, wantErr: api.ErrBadRequest, errText: "turn 4 is past the last turn, 3"},
+		{name: "fork of an unknown session", verb: control.Fork, req: api.ControlRequest{Session: "nosuch", Turn: &zero, As: "new"}, wantErr: api.ErrNotFound, errText: "no session demo/nosuch"},
+
+		{name: "steer without text", verb: control.Steer, req: api.ControlRequest{Session: "working"}, wantErr: api.ErrBadRequest, errText: "steer needs text"},
+		{name: "approve without call id", verb: control.Approve, req: api.ControlRequest{Session: "gated"}, wantErr: api.ErrBadRequest, errText: "approve needs call_id"},
+		{name: "fork without turn", verb: control.Fork, req: api.ControlRequest{Session: "working", As: "x"}, wantErr: api.ErrBadRequest, errText: "turn is required"},
+		{name: "turn on cancel", verb: control.Cancel, req: api.ControlRequest{Session: "working", Turn: &turn}, wantErr: api.ErrBadRequest, errText: "turn is only for fork"},
 		{name: "bad session", verb: control.Cancel, req: api.ControlRequest{Session: strings.Repeat("s", 300)}, wantErr: api.ErrBadRequest, errText: "session name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := tt.req
-			req.Agent = "demo"
-			if req.Session == "" {
-				req.Session = "main"
+			if req.Agent == "" {
+				req.Agent = "demo"
 			}
+			before := h.ctlLast(t)
 			resp, err := h.client.Control(ctx(t), tt.verb, req)
 			if tt.wantErr != nil {
 				var e *api.Error
 				if !errors.Is(err, tt.wantErr) || !errors.As(err, &e) || !strings.Contains(e.Message, tt.errText) {
 					t.Fatalf("got %v, want %v saying %q", err, tt.wantErr, tt.errText)
 				}
+				if after := h.ctlLast(t); after != before {
+					t.Errorf("a refused %s was published: JL_CTL went from %d to %d", tt.verb, before, after)
+				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.Verb != tt.verb || resp.Agent != "demo" || resp.Session != "main" || resp.Seq == 0 || resp.ID == "" {
+			if resp.Verb != tt.verb || resp.Agent != "demo" || resp.Session != req.Session || resp.Seq == 0 || resp.ID == "" {
 				t.Errorf("response %+v", resp)
 			}
 			m := h.ctlMsg(t, resp.Seq)
@@ -190,8 +264,13 @@ func TestControlEndpoints(t *testing.T) {
 	}
 }
 
+// TestControlIdempotent sends one message twice with one id: it is stored
+// once, and a retry after the first changed the session (an approve that
+// was applied) is answered as the first was, not refused.
 func TestControlIdempotent(t *testing.T) {
 	h := start(t, api.Config{})
+	h.applyDemo(t)
+	h.putSession(t, session("main", worker.StatusWorking, 1, "", ""), nil)
 	req := api.ControlRequest{Agent: "demo", Session: "main", Text: "once", ID: "chat-42"}
 	a, err := h.client.Control(ctx(t), control.Steer, req)
 	if err != nil {
@@ -203,6 +282,23 @@ func TestControlIdempotent(t *testing.T) {
 	}
 	if a.Seq != b.Seq {
 		t.Errorf("a retry with one id was stored twice: seq %d and %d", a.Seq, b.Seq)
+	}
+
+	h.putSession(t, session("gated", worker.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
+	approve := api.ControlRequest{Agent: "demo", Session: "gated", CallID: "toolu_1", ID: "chat-43"}
+	first, err := h.client.Control(ctx(t), control.Approve, approve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker applied it: the session works again.
+	h.putSession(t, session("gated", worker.StatusWorking, 1, "", ""), nil)
+	again, err := h.client.Control(ctx(t), control.Approve, approve)
+	if err != nil || again.Seq != first.Seq {
+		t.Errorf("retry of an applied approve: %+v, %v; want seq %d", again, err, first.Seq)
+	}
+	approve.ID = "chat-44"
+	if _, err := h.client.Control(ctx(t), control.Approve, approve); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("a new approve of the applied call: %v, want 409", err)
 	}
 }
 
@@ -411,10 +507,12 @@ func TestHTTP(t *testing.T) {
 		}
 		return resp.StatusCode, out
 	}
-	ctl := "/v1/agents/pr-reviewer/sessions/" + "octo%2Frepo%2312" + "/control"
+	h.applyDemo(t)
+	h.putSession(t, session("octo/repo#12", worker.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
+	ctl := "/v1/agents/demo/sessions/" + "octo%2Frepo%2312" + "/control"
 	tests := []struct {
 		name       string
-		base       string
+		base, path string
 		token, key string
 		body       string
 		want       int
@@ -423,6 +521,11 @@ func TestHTTP(t *testing.T) {
 		{name: "steer", token: "t0ken", body: `{"verb":"steer","text":"focus on the tests"}`, want: 202},
 		{name: "approve with key", token: "t0ken", key: "slack-1", body: `{"verb":"approve","call_id":"toolu_1"}`, want: 202},
 		{name: "fork", token: "t0ken", body: `{"verb":"fork","turn":1,"as":"octo/repo#12-b"}`, want: 202},
+		{name: "unknown agent", base: srv.URL, token: "t0ken", path: "/v1/agents/nosuch/sessions/x/control", body: `{"verb":"cancel"}`, want: 404, wantText: `no agent "nosuch"`},
+		{name: "unknown session", token: "t0ken", path: "/v1/agents/demo/sessions/nosuch/control", body: `{"verb":"cancel"}`, want: 404, wantText: "no session demo/nosuch"},
+		{name: "approve of a call not pending", token: "t0ken", body: `{"verb":"approve","call_id":"toolu_2"}`, want: 409, wantText: "waits for approval of call toolu_1"},
+		{name: "fork onto an existing session", token: "t0ken", body: `{"verb":"fork","turn":1,"as":"octo/repo#12"}`, want: 409, wantText: "session demo/octo/repo#12 exists"},
+		{name: "fork past the last turn", token: "t0ken", body: `{"verb":"fork","turn":2,"as":"c"}`, want: 400, wantText: "past the last turn"},
 		{name: "no token", body: `{"verb":"cancel"}`, want: 401, wantText: "bearer"},
 		{name: "wrong token", token: "nope", body: `{"verb":"cancel"}`, want: 401, wantText: "bearer"},
 		{name: "not configured", base: srv2.URL, token: "t0ken", body: `{"verb":"cancel"}`, want: 503, wantText: "JETLOOP_API_TOKEN"},
@@ -439,7 +542,11 @@ func TestHTTP(t *testing.T) {
 			if base == "" {
 				base = srv.URL
 			}
-			code, out := do(t, base, http.MethodPost, ctl, tt.token, tt.key, tt.body)
+			path := tt.path
+			if path == "" {
+				path = ctl
+			}
+			code, out := do(t, base, http.MethodPost, path, tt.token, tt.key, tt.body)
 			if code != tt.want {
 				t.Fatalf("status %d, want %d: %v", code, tt.want, out)
 			}
@@ -460,8 +567,8 @@ func TestHTTP(t *testing.T) {
 		})
 	}
 	t.Run("retry with one key", func(t *testing.T) {
-		_, a := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"interrupt"}`)
-		_, b := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"interrupt"}`)
+		_, a := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"steer","text":"again"}`)
+		_, b := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"steer","text":"again"}`)
 		if a["seq"] != b["seq"] {
 			t.Errorf("seq %v then %v", a["seq"], b["seq"])
 		}

@@ -8,10 +8,16 @@
 // everything a person can do with `jetloop …` is a request on NATS. Requests
 // and responses are JSON (the types in this package). A failed request is
 // answered with micro's error headers, Nats-Service-Error-Code (an HTTP
-// status: 400 bad request, 404 not found, 500 internal, 503 unavailable,
-// 504 timeout) and Nats-Service-Error (the message), and the Client turns
-// them into an *Error that errors.Is matches against ErrBadRequest,
-// ErrNotFound, ErrUnavailable and ErrTimeout.
+// status: 400 bad request, 404 not found, 409 conflict, 500 internal, 503
+// unavailable, 504 timeout) and Nats-Service-Error (the message), and the
+// Client turns them into an *Error that errors.Is matches against
+// ErrBadRequest, ErrNotFound, ErrConflict, ErrUnavailable and ErrTimeout.
+//
+// A control verb is checked against the session before it is published
+// (CheckControl): an unknown agent or session is 404, a verb the session
+// cannot take as it stands is 409 (an approve of a call that is not
+// pending names the pending one), a fork past the last turn is 400, and
+// nothing is stored.
 //
 // Several processes may serve the API at once: micro's queue group gives
 // each request to one of them. Nothing is kept in the service: every

@@ -22,6 +22,10 @@ var (
 	ErrBadRequest = errors.New("bad request")
 	// ErrNotFound (404): no such agent, session or schedule.
 	ErrNotFound = errors.New("not found")
+	// ErrConflict (409): the request does not fit the state of what it
+	// addresses: an approve of a call that is not pending, a fork onto a
+	// session that exists.
+	ErrConflict = errors.New("conflict")
 	// ErrInternal (500): the service failed.
 	ErrInternal = errors.New("internal error")
 	// ErrUnavailable (503): no service answered, or JetStream did not;
@@ -35,6 +39,7 @@ var (
 var sentinels = map[int]error{
 	http.StatusBadRequest:          ErrBadRequest,
 	http.StatusNotFound:            ErrNotFound,
+	http.StatusConflict:            ErrConflict,
 	http.StatusInternalServerError: ErrInternal,
 	http.StatusServiceUnavailable:  ErrUnavailable,
 	http.StatusGatewayTimeout:      ErrTimeout,
@@ -42,7 +47,7 @@ var sentinels = map[int]error{
 
 // Error is a failed request: an HTTP status as its code, and what failed.
 type Error struct {
-	// Code is an HTTP status: 400, 404, 500, 503 or 504.
+	// Code is an HTTP status: 400, 404, 409, 500, 503 or 504.
 	Code int `json:"code"`
 	// Message names what failed and why.
 	Message string `json:"message"`

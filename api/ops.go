@@ -222,6 +222,17 @@ func (s *Service) control(ctx context.Context, verb control.Verb, req ControlReq
 	case req.Turn != nil:
 		m.Turn = *req.Turn
 	}
+	if err := m.Validate(); err != nil {
+		return ControlResponse{}, fmt.Errorf("%s %s: %w", verb, ref, err)
+	}
+	if err := s.CheckControl(ctx, ref, m); err != nil {
+		if m.ID != "" {
+			if seq, ok := s.retried(ctx, ref, m); ok {
+				return ControlResponse{Agent: ref.Agent, Session: ref.Session, Verb: verb, Seq: seq, ID: m.ID}, nil
+			}
+		}
+		return ControlResponse{}, err
+	}
 	if m.ID == "" {
 		m.ID = uuid.NewString()
 	}

@@ -88,6 +88,9 @@ type Service struct {
 	m         *Metrics
 	agents    *policies.Store
 	schedules *schedule.HealthStore
+	sessions  jetstream.KeyValue
+	ctl       jetstream.Stream
+	in        jetstream.Stream
 }
 
 // New binds a service to the deployment's streams and buckets, which
@@ -105,7 +108,20 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics, agents: agents, schedules: health}, nil
+	sessions, err := js.KeyValue(ctx, cfg.Names.BucketSessions())
+	if err != nil {
+		return nil, fmt.Errorf("api: open bucket %s: %w", cfg.Names.BucketSessions(), err)
+	}
+	ctl, err := js.Stream(ctx, cfg.Names.StreamCtl())
+	if err != nil {
+		return nil, fmt.Errorf("api: open stream %s: %w", cfg.Names.StreamCtl(), err)
+	}
+	in, err := js.Stream(ctx, cfg.Names.StreamIn())
+	if err != nil {
+		return nil, fmt.Errorf("api: open stream %s: %w", cfg.Names.StreamIn(), err)
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics,
+		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in}, nil
 }
 
 // Run serves the micro service until ctx ends, then stops it: its

@@ -10,6 +10,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/jetloop/jetloop/api"
 )
 
 // command is one verb of the command line.
@@ -50,9 +52,53 @@ func commands() []command {
 // Version is set at build time with -ldflags "-X github.com/jetloop/jetloop/cli.Version=…".
 var Version = "dev"
 
+// Exit codes of Main besides 0 (success).
+const (
+	// ExitFailure: the command failed.
+	ExitFailure = 1
+	// ExitUsage: the command line could not be parsed.
+	ExitUsage = 2
+	// ExitNotFound: the API answered 404: no such agent, session or
+	// schedule.
+	ExitNotFound = 3
+	// ExitConflict: the API answered 409: the request does not fit the
+	// state of what it addresses (an approve of a call that is not
+	// pending, a fork onto a session that exists).
+	ExitConflict = 4
+)
+
+// exitError is a failure with its own exit code.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// missing is a failure that exits ExitNotFound.
+func missing(format string, args ...any) error {
+	return &exitError{code: ExitNotFound, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode is the exit code of a command that failed with err.
+func exitCode(err error) int {
+	var e *exitError
+	switch {
+	case errors.As(err, &e):
+		return e.code
+	case errors.Is(err, api.ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, api.ErrConflict):
+		return ExitConflict
+	}
+	return ExitFailure
+}
+
 // Main runs the command line args (without the program name) and returns
-// the process exit code: 0 on success, 1 on failure, 2 on a usage error.
-// Errors are one line on stderr naming what failed and why.
+// the process exit code: 0 on success, 1 on failure, 2 on a usage error, 3
+// when what the command addresses does not exist, 4 when it cannot take
+// the request as it stands. Errors are one line on stderr naming what
+// failed and why.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	env := &Env{
 		Stdout: stdout,
@@ -86,7 +132,7 @@ func MainEnv(ctx context.Context, env *Env, args []string) int {
 			return 0
 		default:
 			fmt.Fprintf(env.Stderr, "jetloop %s: %v\n", c.name, err)
-			return 1
+			return exitCode(err)
 		}
 	}
 	fmt.Fprintf(env.Stderr, "jetloop: unknown command %q\n\n", args[0])

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,10 @@ import (
 
 	"github.com/jetloop/jetloop/cli"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/worker"
 )
 
 // runDev runs `jetloop dev` in this process until the test ends and
@@ -52,11 +56,39 @@ func run(t *testing.T, vars map[string]string, args ...string) (int, string, str
 	return code, out.String(), errb.String()
 }
 
+// putState writes a session's state as a worker would, so a control verb
+// has a session to act on while no worker runs.
+func putState(t *testing.T, js jetstream.JetStream, name string, status worker.Status, turns int, call, gate string) {
+	t.Helper()
+	var st worker.State
+	st.Agent, st.Session, st.Status, st.Since, st.Turns, st.NextEntry = "demo", name, status, time.Now().UTC(), turns, 1
+	if status == worker.StatusBlocked {
+		st.BlockedCall, st.WaitingFor, st.Approval = call, call, gate
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, streams.Default().BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("demo", name)
+	b, _ := json.Marshal(st)
+	if _, err := kv.Put(ctx, streams.Default().StateKey(ref), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestControlVerbs runs every control verb against `jetloop dev --workers
-// 0`: each is stored in JL_CTL, in order, while no worker runs.
+// 0`: each is stored in JL_CTL while no worker runs, and one that cannot
+// apply to its session is refused with exit 3 (not found) or 4 (conflict)
+// and not stored.
 func TestControlVerbs(t *testing.T) {
 	natsURL, httpURL, data := runDev(t, nil)
 	srv := []string{"--server", natsURL}
+	_, js := natstest.Connect(t, natsURL)
+	putState(t, js, "s1", worker.StatusWorking, 3, "", "")
+	putState(t, js, "gated", worker.StatusBlocked, 2, "toolu_01", "rule 1")
+	putState(t, js, "paused", worker.StatusPaused, 2, "", "")
 	tests := []struct {
 		name string
 		args []string
@@ -64,43 +96,44 @@ func TestControlVerbs(t *testing.T) {
 	}{
 		{name: "steer", args: []string{"steer", "demo/s1", "focus", "on", "the", "tests"}, want: control.Message{Verb: control.Steer, Text: "focus on the tests"}},
 		{name: "interrupt", args: []string{"interrupt", "demo/s1"}, want: control.Message{Verb: control.Interrupt}},
-		{name: "resume with flags after", args: []string{"resume", "demo/s1", "go on", "--id", "r-1"}, want: control.Message{Verb: control.Resume, Text: "go on", ID: "r-1"}},
-		{name: "approve", args: []string{"approve", "demo/s1", "toolu_01"}, want: control.Message{Verb: control.Approve, CallID: "toolu_01"}},
-		{name: "deny", args: []string{"deny", "demo/s1", "toolu_02", "not", "now"}, want: control.Message{Verb: control.Deny, CallID: "toolu_02", Text: "not now"}},
+		{name: "resume with flags after", args: []string{"resume", "demo/paused", "go on", "--id", "r-1"}, want: control.Message{Verb: control.Resume, Text: "go on", ID: "r-1"}},
+		{name: "approve", args: []string{"approve", "demo/gated", "toolu_01"}, want: control.Message{Verb: control.Approve, CallID: "toolu_01"}},
+		{name: "deny", args: []string{"deny", "demo/gated", "toolu_01", "not", "now"}, want: control.Message{Verb: control.Deny, CallID: "toolu_01", Text: "not now"}},
 		{name: "fork", args: []string{"fork", "demo/s1", "--at", "2", "--as", "s1-retry"}, want: control.Message{Verb: control.Fork, Turn: 2, As: "s1-retry"}},
-		{name: "cancel", args: []string{"cancel", "demo/s1", "--json"}, want: control.Message{Verb: control.Cancel}},
+		{name: "cancel", args: []string{"cancel", "demo/s1"}, want: control.Message{Verb: control.Cancel}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, out, errs := run(t, nil, append(tt.args, srv...)...)
-			if code != 0 {
-				t.Fatalf("exit %d: %s", code, errs)
-			}
-			if !strings.Contains(out, "seq") {
-				t.Errorf("output %q names no sequence", out)
-			}
-		})
-	}
-	_, js := natstest.Connect(t, natsURL)
-	names := streams.Default()
-	ref, _ := streams.NewSessionRef("demo", "s1")
-	cons, err := js.OrderedConsumer(context.Background(), names.StreamCtl(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{names.Ctl(ref)}})
+	ctlStream, err := js.Stream(context.Background(), streams.Default().StreamCtl())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range tests {
-		jm, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := control.ParseJS(jm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := tt.want
-		if m.Verb != w.Verb || m.Text != w.Text || m.CallID != w.CallID || m.Turn != w.Turn || m.As != w.As || (w.ID != "" && m.ID != w.ID) || m.Source != "/jetloop/cli" {
-			t.Errorf("%s: stored %+v, want %+v", tt.name, m, w)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := run(t, nil, append(tt.args, append(srv, "--json")...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var resp struct {
+				Seq uint64 `json:"seq"`
+			}
+			if err := json.Unmarshal([]byte(out), &resp); err != nil || resp.Seq == 0 {
+				t.Fatalf("output %q names no sequence (%v)", out, err)
+			}
+			raw, err := ctlStream.GetMsg(context.Background(), resp.Seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := control.Parse(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tt.want
+			if m.Verb != w.Verb || m.Text != w.Text || m.CallID != w.CallID || m.Turn != w.Turn || m.As != w.As || (w.ID != "" && m.ID != w.ID) || m.Source != "/jetloop/cli" {
+				t.Errorf("%s: stored %+v, want %+v", tt.name, m, w)
+			}
+		})
+	}
+	if code, out, errs := run(t, nil, append([]string{"steer", "demo/s1", "plain"}, srv...)...); code != 0 || !strings.Contains(out, "seq") {
+		t.Errorf("steer without --json: exit %d, %q %q", code, out, errs)
 	}
 
 	for _, tt := range []struct {
@@ -120,29 +153,68 @@ func TestControlVerbs(t *testing.T) {
 			}
 		})
 	}
-	t.Run("refused by the API", func(t *testing.T) {
-		code, _, errs := run(t, nil, append([]string{"fork", "demo/s1", "--at", "1", "--as", "s1"}, srv...)...)
-		if code != 1 || !strings.Contains(errs, "session being forked") {
-			t.Errorf("exit %d, stderr %q", code, errs)
-		}
-	})
+	for _, tt := range []struct {
+		name string
+		args []string
+		exit int
+		says string
+	}{
+		{name: "unknown agent", args: []string{"steer", "nosuchagent/x", "hello"}, exit: cli.ExitNotFound, says: `no agent "nosuchagent"`},
+		{name: "unknown session", args: []string{"steer", "demo/nosuch", "hello"}, exit: cli.ExitNotFound, says: "no session demo/nosuch"},
+		{name: "approve of a call not pending", args: []string{"approve", "demo/gated", "toolu_99"}, exit: cli.ExitConflict, says: "waits for approval of call toolu_01"},
+		{name: "deny of a session waiting for nothing", args: []string{"deny", "demo/paused", "toolu_01"}, exit: cli.ExitConflict, says: "waits for no approval"},
+		{name: "fork onto an existing session", args: []string{"fork", "demo/s1", "--at", "1", "--as", "gated"}, exit: cli.ExitConflict, says: "session demo/gated exists"},
+		{name: "fork past the last turn", args: []string{"fork", "demo/s1", "--at", "9", "--as", "new"}, exit: cli.ExitFailure, says: "past the last turn, 3"},
+		{name: "fork onto itself", args: []string{"fork", "demo/s1", "--at", "1", "--as", "s1"}, exit: cli.ExitConflict, says: "session demo/s1 exists"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := ctlStream.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, out, errs := run(t, nil, append(tt.args, srv...)...)
+			if code != tt.exit || !strings.Contains(errs, tt.says) || out != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q: want %d saying %q", code, out, errs, tt.exit, tt.says)
+			}
+			after, err := ctlStream.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.State.LastSeq != before.State.LastSeq {
+				t.Errorf("a refused verb was stored: JL_CTL from %d to %d", before.State.LastSeq, after.State.LastSeq)
+			}
+		})
+	}
+	// No phantom session: a refused verb created none.
+	if code, out, errs := run(t, nil, append([]string{"status", "--json"}, srv...)...); code != 0 || strings.Contains(out, "nosuch") {
+		t.Errorf("status after refused verbs: exit %d, %s %s", code, out, errs)
+	}
 
 	t.Run("http", func(t *testing.T) {
 		token, err := os.ReadFile(filepath.Join(data, "api-token"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, _ := http.NewRequest(http.MethodPost, httpURL+"/v1/agents/demo/sessions/s1/control", strings.NewReader(`{"verb":"steer","text":"from http"}`))
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		post := func(path, body string) (int, map[string]any) {
+			req, _ := http.NewRequest(http.MethodPost, httpURL+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			return resp.StatusCode, out
 		}
-		defer resp.Body.Close()
-		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode != http.StatusAccepted || out["verb"] != "steer" {
-			t.Errorf("%d %v", resp.StatusCode, out)
+		if code, out := post("/v1/agents/demo/sessions/s1/control", `{"verb":"steer","text":"from http"}`); code != http.StatusAccepted || out["verb"] != "steer" {
+			t.Errorf("%d %v", code, out)
+		}
+		if code, out := post("/v1/agents/demo/sessions/nosuch/control", `{"verb":"cancel"}`); code != http.StatusNotFound {
+			t.Errorf("cancel of an unknown session: %d %v", code, out)
+		}
+		if code, out := post("/v1/agents/demo/sessions/gated/control", `{"verb":"approve","call_id":"toolu_2"}`); code != http.StatusConflict || !strings.Contains(fmt.Sprint(out["message"]), "toolu_01") {
+			t.Errorf("approve of a call not pending: %d %v", code, out)
 		}
 		resp2, err := http.Post(httpURL+"/chat/slack", "application/json", strings.NewReader(`{}`))
 		if err != nil {
@@ -175,6 +247,8 @@ func TestDevAuth(t *testing.T) {
 		t.Fatal("a client without credentials was admitted")
 	}
 	admin := strings.Replace(natsURL, "nats://", "nats://admin:admin-pw@", 1)
+	_, adminJS := natstest.Connect(t, admin)
+	putState(t, adminJS, "main", worker.StatusWorking, 1, "", "")
 	if code, _, errs := run(t, nil, "steer", "demo/main", "hello", "--server", admin); code != 0 {
 		t.Fatalf("admin steer: exit %d: %s", code, errs)
 	}
@@ -210,5 +284,53 @@ func TestAgentsAndEventsThroughTheAPI(t *testing.T) {
 	s := natstest.RunServer(t)
 	if code, _, errs := run(t, nil, "agents", "--server", s.ClientURL()); code != 1 || !strings.Contains(errs, "no jetloop API answers") {
 		t.Errorf("agents without an API: exit %d, %s", code, errs)
+	}
+}
+
+// TestSlackCommandOfAMissingSession posts a Slack `stop` for a session
+// that does not exist yet to `jetloop dev`: it is answered with the reason
+// and publishes nothing, so no session is created (a cancelled one would
+// dead-letter every later event); once the session exists, `stop` is
+// published.
+func TestSlackCommandOfAMissingSession(t *testing.T) {
+	channels := filepath.Join(t.TempDir(), "channels.yaml")
+	if err := os.WriteFile(channels, []byte("channels:\n  C0LATER: demo/later\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsURL, httpURL, _ := runDev(t, map[string]string{"JETLOOP_SLACK_SIGNING_SECRET": "s3cret", "JETLOOP_SLACK_CHANNELS": channels})
+	_, js := natstest.Connect(t, natsURL)
+	stop := func(id string) map[string]any {
+		t.Helper()
+		body := fmt.Sprintf(`{"type":"event_callback","team_id":"T1","event_id":%q,"event":{"type":"app_mention","user":"U1","text":"<@B1> stop","channel":"C0LATER","ts":"1.0"}}`, id)
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		req, _ := http.NewRequest(http.MethodPost, httpURL+"/chat/slack", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(slack.HeaderTimestamp, ts)
+		req.Header.Set(slack.HeaderSignature, slack.Sign([]byte("s3cret"), ts, []byte(body)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d, %v", resp.StatusCode, err)
+		}
+		return out
+	}
+	ctl, err := js.Stream(context.Background(), streams.Default().StreamCtl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stop("Ev1")
+	if out["ok"] != false || !strings.Contains(fmt.Sprint(out["text"]), "no session demo/later") {
+		t.Errorf("stop of a missing session answered %v", out)
+	}
+	if info, err := ctl.Info(context.Background()); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("JL_CTL after a refused stop: %+v, %v", info.State, err)
+	}
+	putState(t, js, "later", worker.StatusWorking, 1, "", "")
+	if out := stop("Ev2"); out["ok"] != true || out["verb"] != "cancel" {
+		t.Errorf("stop of a working session answered %v", out)
 	}
 }

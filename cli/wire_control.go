@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/natsd"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // Files under `jetloop dev`'s --data folder holding the API token it
@@ -96,7 +98,7 @@ func controlVerb(verb control.Verb) func(ctx context.Context, env *Env, args []s
 		}
 		resp, err := api.NewClient(rt.NC, rt.Names).Control(ctx, verb, req)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", verb, ref, err)
+			return err // the API's errors name the verb and the session
 		}
 		if cf.json {
 			return json.NewEncoder(env.Stdout).Encode(resp)
@@ -143,7 +145,14 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	} else if secret != "" {
 		log.Warn("JETLOOP_SLACK_CHANNELS is not set: Slack commands control no session")
 	}
-	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Log: log.With("receiver", "slack")})
+	check := func(ctx context.Context, ref streams.SessionRef, m control.Message) (string, error) {
+		err := svc.CheckControl(ctx, ref, m)
+		if e := (*api.Error)(nil); errors.As(err, &e) && e.Code < 500 {
+			return e.Message, nil
+		}
+		return "", err
+	}
+	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Log: log.With("receiver", "slack")})
 	if err != nil {
 		return nil, err
 	}

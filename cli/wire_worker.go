@@ -312,7 +312,7 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	}
 	tr, err := showAll(ctx, api.NewClient(rt.NC, rt.Names), ref, 1)
 	if errors.Is(err, api.ErrNotFound) {
-		return fmt.Errorf("no session %s (see 'jetloop status')", ref)
+		return missing("no session %s (see 'jetloop status')", ref)
 	}
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jetloop/jetloop/cli"
 )
 
 // TestSessionVerbsThroughTheAPI runs send, status, show and tail as a
@@ -55,7 +57,7 @@ func TestSessionVerbsThroughTheAPI(t *testing.T) {
 		t.Fatalf("show --json: exit %d, %v, %s %s", code, err, out, errs)
 	}
 	code, out, errs = run(t, nil, append([]string{"show", "demo/nobody"}, viewer...)...)
-	if code != 1 || !strings.Contains(errs, "no session demo/nobody") {
+	if code != cli.ExitNotFound || !strings.Contains(errs, "no session demo/nobody") {
 		t.Fatalf("show of a missing session: exit %d, %s %s", code, out, errs)
 	}
 

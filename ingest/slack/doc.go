@@ -27,6 +27,11 @@
 // answered in time with the same event id; the event id is the control
 // message's id and is remembered in jl_dedupe, so a retry is applied once.
 //
+// A command that cannot apply to its session as it stands (no such
+// session, an approve of a call that is not pending) is answered with the
+// reason and not published, when Config.Check is set (jetloop dev and
+// jetloop ingest set it to the runtime API's check).
+//
 // It does not answer in the channel (that needs a bot token and Slack's
 // Web API) or apply control messages (the worker does).
 package slack

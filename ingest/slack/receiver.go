@@ -56,7 +56,13 @@ type Config struct {
 	Timeout time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	Log *slog.Logger
+	// Check, when set, is asked before a command is published whether it
+	// can apply to its session as it stands (the runtime API's check): a
+	// refusal (no such session, a call id that is not pending) is answered
+	// to the sender and nothing is published; an error is a failure Slack
+	// retries.
+	Check func(ctx context.Context, ref streams.SessionRef, m control.Message) (refusal string, err error)
+	Log   *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -260,6 +266,16 @@ func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.Respons
 		return out, nil
 	}
 	m.ID, m.Source, m.Time = in.id, source, r.cfg.Now()
+	if r.cfg.Check != nil {
+		refusal, err := r.cfg.Check(ctx, ref, m)
+		if err != nil {
+			return nil, err
+		}
+		if refusal != "" {
+			log.Info("slack command refused", "agent", ref.Agent, "session", ref.Session, "verb", m.Verb, "why", refusal)
+			return r.answer(in, false, refusal), nil
+		}
+	}
 	seq, err := control.Publish(ctx, r.js, r.names, ref, m)
 	if errors.Is(err, control.ErrInvalid) {
 		return r.answer(in, false, err.Error()), nil
