@@ -147,10 +147,10 @@ func (h *harness) applyDemo(t *testing.T) {
 
 // session returns the state of a session of agent demo in status, after
 // turns turns; blocked on call (an approval gate when gate is set).
-func session(name string, status worker.Status, turns int, call, gate string) worker.State {
-	var st worker.State
+func session(name string, status record.Status, turns int, call, gate string) record.State {
+	var st record.State
 	st.Agent, st.Session, st.Status, st.Since, st.Turns = "demo", name, status, time.Now().UTC(), turns
-	if status == worker.StatusBlocked {
+	if status == record.StatusBlocked {
 		st.BlockedCall, st.WaitingFor, st.Approval = call, call, gate
 	}
 	return st
@@ -176,12 +176,12 @@ func (h *harness) ctlLast(t *testing.T) uint64 {
 func TestControlEndpoints(t *testing.T) {
 	h := start(t, api.Config{})
 	h.applyDemo(t)
-	h.putSession(t, session("working", worker.StatusWorking, 3, "", ""), nil)
-	h.putSession(t, session("paused", worker.StatusPaused, 2, "", ""), nil)
-	h.putSession(t, session("gated", worker.StatusBlocked, 2, "toolu_01", "rule 1"), nil)
-	h.putSession(t, session("asking", worker.StatusBlocked, 1, "toolu_07", ""), nil)
-	h.putSession(t, session("done", worker.StatusDone, 2, "", ""), nil)
-	h.putSession(t, session("cancelled", worker.StatusCancelled, 1, "", ""), nil)
+	h.putSession(t, session("working", record.StatusWorking, 3, "", ""), nil)
+	h.putSession(t, session("paused", record.StatusPaused, 2, "", ""), nil)
+	h.putSession(t, session("gated", record.StatusBlocked, 2, "toolu_01", "rule 1"), nil)
+	h.putSession(t, session("asking", record.StatusBlocked, 1, "toolu_07", ""), nil)
+	h.putSession(t, session("done", record.StatusDone, 2, "", ""), nil)
+	h.putSession(t, session("cancelled", record.StatusCancelled, 1, "", ""), nil)
 	// A session whose first event waits in JL_IN for a worker.
 	if _, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "queued", Text: "hello"}); err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestControlEndpoints(t *testing.T) {
 func TestControlIdempotent(t *testing.T) {
 	h := start(t, api.Config{})
 	h.applyDemo(t)
-	h.putSession(t, session("main", worker.StatusWorking, 1, "", ""), nil)
+	h.putSession(t, session("main", record.StatusWorking, 1, "", ""), nil)
 	req := api.ControlRequest{Agent: "demo", Session: "main", Text: "once", ID: "chat-42"}
 	a, err := h.client.Control(ctx(t), control.Steer, req)
 	if err != nil {
@@ -284,14 +284,14 @@ func TestControlIdempotent(t *testing.T) {
 		t.Errorf("a retry with one id was stored twice: seq %d and %d", a.Seq, b.Seq)
 	}
 
-	h.putSession(t, session("gated", worker.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
+	h.putSession(t, session("gated", record.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
 	approve := api.ControlRequest{Agent: "demo", Session: "gated", CallID: "toolu_1", ID: "chat-43"}
 	first, err := h.client.Control(ctx(t), control.Approve, approve)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The worker applied it: the session works again.
-	h.putSession(t, session("gated", worker.StatusWorking, 1, "", ""), nil)
+	h.putSession(t, session("gated", record.StatusWorking, 1, "", ""), nil)
 	again, err := h.client.Control(ctx(t), control.Approve, approve)
 	if err != nil || again.Seq != first.Seq {
 		t.Errorf("retry of an applied approve: %+v, %v; want seq %d", again, err, first.Seq)
@@ -508,7 +508,7 @@ func TestHTTP(t *testing.T) {
 		return resp.StatusCode, out
 	}
 	h.applyDemo(t)
-	h.putSession(t, session("octo/repo#12", worker.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
+	h.putSession(t, session("octo/repo#12", record.StatusBlocked, 1, "toolu_1", "rule 1"), nil)
 	ctl := "/v1/agents/demo/sessions/" + "octo%2Frepo%2312" + "/control"
 	tests := []struct {
 		name       string

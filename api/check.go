@@ -12,8 +12,8 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // A control verb is checked against the session before it is published,
@@ -51,8 +51,8 @@ func (s *Service) CheckControl(ctx context.Context, ref streams.SessionRef, m co
 			}
 			return fmt.Errorf("api: look for events of %s: %w", ref, err)
 		}
-		st = worker.State{}
-		st.Agent, st.Session, st.Status = ref.Agent, ref.Session, worker.StatusIdle
+		st = record.State{}
+		st.Agent, st.Session, st.Status = ref.Agent, ref.Session, record.StatusIdle
 	}
 	if code, why := applicable(st, m); code != 0 {
 		return errorf(code, "%s %s: %s", m.Verb, ref, why)
@@ -73,10 +73,10 @@ func (s *Service) CheckControl(ctx context.Context, ref streams.SessionRef, m co
 
 // applicable is the rule of each verb over the session's state: 0 when m
 // acts on it, else the status to answer and why.
-func applicable(st worker.State, m control.Message) (int, string) {
+func applicable(st record.State, m control.Message) (int, string) {
 	status := string(st.Status)
-	approval := st.Status == worker.StatusBlocked && st.Approval != ""
-	question := st.Status == worker.StatusBlocked && st.Approval == ""
+	approval := st.Status == record.StatusBlocked && st.Approval != ""
+	question := st.Status == record.StatusBlocked && st.Approval == ""
 	final := st.Status.Final()
 	switch m.Verb {
 	case control.Steer:
@@ -84,14 +84,14 @@ func applicable(st worker.State, m control.Message) (int, string) {
 			return http.StatusConflict, "the session is " + status + ": nothing will read the text"
 		}
 	case control.Interrupt:
-		if st.Status != worker.StatusWorking {
+		if st.Status != record.StatusWorking {
 			return http.StatusConflict, "the session is " + status + ", not working: nothing to interrupt"
 		}
 	case control.Resume:
 		switch {
 		case approval:
 			return http.StatusConflict, fmt.Sprintf("the session waits for approval of call %s: approve or deny it", st.BlockedCall)
-		case st.Status == worker.StatusPaused, question:
+		case st.Status == record.StatusPaused, question:
 		case final:
 			return http.StatusConflict, "the session is " + status
 		case m.Text == "":
@@ -120,17 +120,17 @@ func applicable(st worker.State, m control.Message) (int, string) {
 }
 
 // state reads a session's state; ok is false when it has none.
-func (s *Service) state(ctx context.Context, ref streams.SessionRef) (worker.State, bool, error) {
+func (s *Service) state(ctx context.Context, ref streams.SessionRef) (record.State, bool, error) {
 	e, err := s.sessions.Get(ctx, s.names.StateKey(ref))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return worker.State{}, false, nil
+		return record.State{}, false, nil
 	case err != nil:
-		return worker.State{}, false, fmt.Errorf("api: read state of %s: %w", ref, err)
+		return record.State{}, false, fmt.Errorf("api: read state of %s: %w", ref, err)
 	}
-	var st worker.State
+	var st record.State
 	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return worker.State{}, false, fmt.Errorf("api: decode state of %s: %w", ref, err)
+		return record.State{}, false, fmt.Errorf("api: decode state of %s: %w", ref, err)
 	}
 	return st, true, nil
 }

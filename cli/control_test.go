@@ -21,8 +21,8 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // runDev runs `jetloop dev` in this process until the test ends and
@@ -58,11 +58,11 @@ func run(t *testing.T, vars map[string]string, args ...string) (int, string, str
 
 // putState writes a session's state as a worker would, so a control verb
 // has a session to act on while no worker runs.
-func putState(t *testing.T, js jetstream.JetStream, name string, status worker.Status, turns int, call, gate string) {
+func putState(t *testing.T, js jetstream.JetStream, name string, status record.Status, turns int, call, gate string) {
 	t.Helper()
-	var st worker.State
+	var st record.State
 	st.Agent, st.Session, st.Status, st.Since, st.Turns, st.NextEntry = "demo", name, status, time.Now().UTC(), turns, 1
-	if status == worker.StatusBlocked {
+	if status == record.StatusBlocked {
 		st.BlockedCall, st.WaitingFor, st.Approval = call, call, gate
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -86,9 +86,9 @@ func TestControlVerbs(t *testing.T) {
 	natsURL, httpURL, data := runDev(t, nil)
 	srv := []string{"--server", natsURL}
 	_, js := natstest.Connect(t, natsURL)
-	putState(t, js, "s1", worker.StatusWorking, 3, "", "")
-	putState(t, js, "gated", worker.StatusBlocked, 2, "toolu_01", "rule 1")
-	putState(t, js, "paused", worker.StatusPaused, 2, "", "")
+	putState(t, js, "s1", record.StatusWorking, 3, "", "")
+	putState(t, js, "gated", record.StatusBlocked, 2, "toolu_01", "rule 1")
+	putState(t, js, "paused", record.StatusPaused, 2, "", "")
 	tests := []struct {
 		name string
 		args []string
@@ -248,7 +248,7 @@ func TestDevAuth(t *testing.T) {
 	}
 	admin := strings.Replace(natsURL, "nats://", "nats://admin:admin-pw@", 1)
 	_, adminJS := natstest.Connect(t, admin)
-	putState(t, adminJS, "main", worker.StatusWorking, 1, "", "")
+	putState(t, adminJS, "main", record.StatusWorking, 1, "", "")
 	if code, _, errs := run(t, nil, "steer", "demo/main", "hello", "--server", admin); code != 0 {
 		t.Fatalf("admin steer: exit %d: %s", code, errs)
 	}
@@ -329,7 +329,7 @@ func TestSlackCommandOfAMissingSession(t *testing.T) {
 	if info, err := ctl.Info(context.Background()); err != nil || info.State.Msgs != 0 {
 		t.Fatalf("JL_CTL after a refused stop: %+v, %v", info.State, err)
 	}
-	putState(t, js, "later", worker.StatusWorking, 1, "", "")
+	putState(t, js, "later", record.StatusWorking, 1, "", "")
 	if out := stop("Ev2"); out["ok"] != true || out["verb"] != "cancel" {
 		t.Errorf("stop of a working session answered %v", out)
 	}
