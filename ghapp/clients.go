@@ -1,0 +1,304 @@
+package ghapp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v89/github"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxRateLimitWait = 2 * time.Minute
+	// DefaultInstallationTTL is how long the installation found for a
+	// repository is reused.
+	DefaultInstallationTTL = 10 * time.Minute
+)
+
+// Options configure Clients. The zero value is usable.
+type Options struct {
+	// Transport carries every request (default a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Timeout bounds one HTTP request (default DefaultTimeout).
+	Timeout time.Duration
+	// MaxRateLimitWait is the longest a request waits for a rate limit to
+	// reset before it fails (default DefaultMaxRateLimitWait).
+	MaxRateLimitWait time.Duration
+	// InstallationTTL is how long a repository's installation is cached
+	// (default DefaultInstallationTTL).
+	InstallationTTL time.Duration
+	// Getenv and ReadFile read the deployment's defaults and key files
+	// (default os.Getenv and os.ReadFile).
+	Getenv   func(string) string
+	ReadFile func(string) ([]byte, error)
+	// Logger receives a line per token exchange and rate limit (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// Metrics registers the collectors when set.
+	Metrics prometheus.Registerer
+}
+
+func (o *Options) setDefaults() {
+	if o.Transport == nil {
+		o.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxRateLimitWait <= 0 {
+		o.MaxRateLimitWait = DefaultMaxRateLimitWait
+	}
+	if o.InstallationTTL <= 0 {
+		o.InstallationTTL = DefaultInstallationTTL
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.ReadFile == nil {
+		o.ReadFile = os.ReadFile
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Clients hands out GitHub clients and keeps what they share across the
+// sessions of a worker: the installation tokens, the installations of
+// repositories, and the rate limits each credential is under. It is safe
+// for concurrent use.
+type Clients struct {
+	opts    Options
+	metrics *metrics
+
+	mu    sync.Mutex
+	creds map[string]*credential // by credentialKey
+	repos map[string]*repoInstallation
+}
+
+// New returns Clients with opts.
+func New(opts Options) (*Clients, error) {
+	opts.setDefaults()
+	c := &Clients{opts: opts, metrics: newMetrics(), creds: map[string]*credential{}, repos: map[string]*repoInstallation{}}
+	if opts.Metrics != nil {
+		if err := c.metrics.register(opts.Metrics); err != nil {
+			return nil, fmt.Errorf("ghapp: register metrics: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Target is what a request acts on: a repository (owner/name) and, for
+// an App, the installation whose token it uses (0: the repository's).
+type Target struct {
+	Repo         string
+	Installation int64
+}
+
+// Split returns the owner and name of t.Repo, or an error naming it.
+func (t Target) Split() (owner, name string, err error) {
+	return SplitRepo(t.Repo)
+}
+
+// SplitRepo splits "owner/name".
+func SplitRepo(repo string) (owner, name string, err error) {
+	owner, name, ok := strings.Cut(repo, "/")
+	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("repository %q: want owner/name", repo)
+	}
+	return owner, name, nil
+}
+
+// Client is one request's view of GitHub: a go-github client
+// authenticated for its Target, and how.
+type Client struct {
+	*github.Client
+	// Auth says where the credentials came from (Auth.From).
+	From string
+	// Installation is the App installation the token is of (0 for a
+	// token).
+	Installation int64
+}
+
+// For returns a client for target with the credentials s resolves to (see
+// Resolve). As an App, it uses the installation token of
+// target.Installation, or of the repository's installation, which it
+// looks up once per InstallationTTL.
+func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, error) {
+	auth, err := Resolve(s, c.opts.Getenv, c.opts.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	if auth.Token != "" {
+		cr := c.credential("token\x00"+auth.BaseURL+"\x00"+digest([]byte(auth.Token)), func() *credential {
+			return &credential{rt: bearer{token: auth.Token, next: c.opts.Transport}}
+		})
+		gc, err := c.client(auth.BaseURL, cr)
+		if err != nil {
+			return nil, err
+		}
+		return &Client{Client: gc, From: auth.From}, nil
+	}
+	inst := target.Installation
+	if inst == 0 {
+		if inst, err = c.repoInstallation(ctx, auth, target.Repo); err != nil {
+			return nil, err
+		}
+	}
+	var buildErr error
+	cr := c.credential(appKey(auth)+"\x00"+strconv.FormatInt(inst, 10), func() *credential {
+		tr, err := ghinstallation.New(c.opts.Transport, auth.AppID, inst, auth.PrivateKey)
+		if err != nil {
+			buildErr = fmt.Errorf("github: %s: %w", auth.From, err)
+			return nil
+		}
+		tr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
+		tr.Client = &http.Client{Transport: exchangeCounter{next: c.opts.Transport, c: c, inst: inst}, Timeout: c.opts.Timeout}
+		return &credential{rt: tr}
+	})
+	if cr == nil {
+		return nil, buildErr
+	}
+	gc, err := c.client(auth.BaseURL, cr)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{Client: gc, From: auth.From, Installation: inst}, nil
+}
+
+// credential returns the credential under key, building it once.
+func (c *Clients) credential(key string, build func() *credential) *credential {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cr, ok := c.creds[key]; ok {
+		return cr
+	}
+	cr := build()
+	if cr != nil {
+		cr.limit = &limiter{}
+		c.creds[key] = cr
+	}
+	return cr
+}
+
+func (c *Clients) client(base string, cr *credential) (*github.Client, error) {
+	hc := &http.Client{Timeout: c.opts.Timeout, Transport: &rateLimited{next: cr.rt, l: cr.limit, max: c.opts.MaxRateLimitWait, c: c}}
+	gc, err := github.NewClient(github.WithHTTPClient(hc), github.WithURLs(&base, &base), github.WithUserAgent("jetloop"))
+	if err != nil {
+		return nil, fmt.Errorf("github: client for %s: %w", base, err)
+	}
+	return gc, nil
+}
+
+// credential is what the clients of one token or installation share.
+type credential struct {
+	rt    http.RoundTripper
+	limit *limiter
+}
+
+func appKey(a Auth) string {
+	return "app\x00" + strconv.FormatInt(a.AppID, 10) + "\x00" + a.BaseURL + "\x00" + digest(a.PrivateKey)
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// repoInstallation is a repository's installation, looked up once at a
+// time.
+type repoInstallation struct {
+	mu      sync.Mutex
+	id      int64
+	fetched time.Time
+}
+
+// repoInstallation finds the installation of the App on repo, asking
+// GitHub at most once per InstallationTTL and once at a time.
+func (c *Clients) repoInstallation(ctx context.Context, auth Auth, repo string) (int64, error) {
+	owner, name, err := SplitRepo(repo)
+	if err != nil {
+		return 0, fmt.Errorf("github: %w", err)
+	}
+	key := appKey(auth) + "\x00" + repo
+	c.mu.Lock()
+	ri, ok := c.repos[key]
+	if !ok {
+		ri = &repoInstallation{}
+		c.repos[key] = ri
+	}
+	c.mu.Unlock()
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	if ri.id != 0 && time.Since(ri.fetched) < c.opts.InstallationTTL {
+		return ri.id, nil
+	}
+	atr, err := ghinstallation.NewAppsTransport(c.opts.Transport, auth.AppID, auth.PrivateKey)
+	if err != nil {
+		return 0, fmt.Errorf("github: %s: %w", auth.From, err)
+	}
+	atr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
+	base := auth.BaseURL
+	gc, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: c.opts.Timeout}), github.WithURLs(&base, &base), github.WithUserAgent("jetloop"))
+	if err != nil {
+		return 0, fmt.Errorf("github: client for %s: %w", base, err)
+	}
+	inst, _, err := gc.Apps.GetRepositoryInstallation(ctx, owner, name)
+	if err != nil {
+		return 0, fmt.Errorf("github: installation of app %d on %s: %w", auth.AppID, repo, err)
+	}
+	ri.id, ri.fetched = inst.GetID(), time.Now()
+	return ri.id, nil
+}
+
+// bearer authenticates with a token.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// exchangeCounter counts and logs installation token exchanges.
+type exchangeCounter struct {
+	next http.RoundTripper
+	c    *Clients
+	inst int64
+}
+
+func (e exchangeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := e.next.RoundTrip(req)
+	outcome := "ok"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case resp.StatusCode/100 != 2:
+		outcome = strconv.Itoa(resp.StatusCode)
+	}
+	e.c.metrics.exchanges.WithLabelValues(outcome).Inc()
+	e.c.opts.Logger.Debug("github installation token exchange", "installation", e.inst, "outcome", outcome)
+	return resp, err
+}
+
+// IsNotFound reports whether err is GitHub's 404.
+func IsNotFound(err error) bool {
+	var er *github.ErrorResponse
+	return errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusNotFound
+}

@@ -1,0 +1,10 @@
+// Package ghfake is an in-process fake of the GitHub REST API on
+// loopback, for tests. It speaks the real wire format: it verifies the
+// App JWT's RS256 signature with the App's public key and its claims,
+// issues installation tokens with an expiry and enforces them (scoped to
+// the installation's repositories), and answers issue comments, pull
+// request reviews, check runs and labels with GitHub's response shapes,
+// paging (Link headers) and errors (401, 404, 422). It can answer
+// requests rate-limited (403 with x-ratelimit-*, or 429 with Retry-After)
+// and records what was posted and how many token exchanges were made.
+package ghfake
