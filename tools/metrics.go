@@ -18,6 +18,7 @@ type metrics struct {
 	calls   *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
 	blobs   *prometheus.CounterVec
+	probes  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -35,11 +36,15 @@ func newMetrics() *metrics {
 			Namespace: "jetloop", Subsystem: "tool", Name: "result_blobs_total",
 			Help: "Large tool results offloaded to the blob store, by outcome (stored, failed).",
 		}, []string{"tool", "outcome"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "tool", Name: "probes_total",
+			Help: "Probes of interrupted calls by tool and outcome (found, not_found, failed).",
+		}, []string{"tool", "outcome"}),
 	}
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.calls, m.seconds, m.blobs} {
+	for _, c := range []prometheus.Collector{m.calls, m.seconds, m.blobs, m.probes} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -339,3 +339,60 @@ func joinNote(content, note string) string {
 	}
 	return content + "\n" + note
 }
+
+// ErrNoProbe reports a probe of a tool that declares none.
+var ErrNoProbe = errors.New("tool has no probe")
+
+// Class returns the named tool's replay class (see ClassOf); an unknown
+// tool is unsafe.
+func (r *Registry) Class(name string) ReplayClass {
+	e, ok := r.tools[name]
+	if !ok {
+		return ClassUnsafe
+	}
+	return ClassOf(e.tool)
+}
+
+// Probe asks the named tool whether the effect of call happened (see
+// Prober), bounded by the tool's timeout. It fails with ErrNoProbe for a
+// tool that declares no probe.
+func (r *Registry) Probe(ctx context.Context, name string, call Call) (Result, bool, error) {
+	e, ok := r.tools[name]
+	if !ok {
+		return Result{}, false, fmt.Errorf("tools: %w %q", ErrUnknownTool, name)
+	}
+	p, ok := e.tool.(Prober)
+	if !ok || e.spec.ReplaySafe {
+		return Result{}, false, fmt.Errorf("tools: %s: %w", name, ErrNoProbe)
+	}
+	timeout := e.spec.Timeout
+	if timeout == 0 {
+		timeout = r.opts.Timeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, found, err := safeProbe(pctx, p, call)
+	outcome := "not_found"
+	switch {
+	case err != nil:
+		outcome = "failed"
+		err = fmt.Errorf("tools: probe %s call %s: %w", name, call.ID, err)
+	case found:
+		outcome = "found"
+	}
+	r.metrics.probes.WithLabelValues(name, outcome).Inc()
+	if found {
+		res = r.offload(ctx, r.opts.Logger.With("agent", call.Agent, "session", call.Session, "call", call.ID, "tool", name), name, call, res)
+	}
+	return res, found, err
+}
+
+func safeProbe(ctx context.Context, p Prober, call Call) (res Result, found bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, found = Result{}, false
+			err = fmt.Errorf("%w: %v\n%s", errPanic, v, debug.Stack())
+		}
+	}()
+	return p.Probe(ctx, call)
+}

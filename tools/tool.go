@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/ghapp"
 )
 
 // Tool is one capability the model can call.
@@ -55,6 +58,15 @@ type Call struct {
 	Agent, Session string
 	// WorkDir is the session's work folder (created by the runtime).
 	WorkDir string
+	// Started is when the call's intent was written: a probe looks for
+	// effects from then on.
+	Started time.Time
+	// Thread is where the run's event belongs (a repository's issue or
+	// pull request, a chat thread): the default target of tools that
+	// answer there. Nil when the event names none.
+	Thread *events.Thread
+	// GitHub are the agent's github: settings; zero: the deployment's.
+	GitHub ghapp.Settings
 }
 
 // Result is what the model sees of a call.

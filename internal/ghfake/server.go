@@ -355,7 +355,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case len(rest) == 2 && rest[0] == "check-runs" && r.Method == http.MethodPatch:
 		id, _ := strconv.ParseInt(rest[1], 10, 64)
 		s.updateCheck(w, r, repo, id)
-	case len(rest) == 4 && rest[0] == "commits" && rest[2] == "check-runs" && r.Method == http.MethodGet:
+	case len(rest) == 3 && rest[0] == "commits" && rest[2] == "check-runs" && r.Method == http.MethodGet:
 		s.listChecks(w, r, repo, rest[1])
 	case len(rest) >= 3 && rest[0] == "issues" && rest[2] == "labels":
 		n, err := strconv.Atoi(rest[1])
