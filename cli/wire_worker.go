@@ -116,13 +116,17 @@ func envDuration(getenv func(string) string, name string) (time.Duration, error)
 // storeDefinitions serves the worker from jl_agents.
 type storeDefinitions struct{ s *policies.Store }
 
+// The worker pins sessions by jl_agents revision (its Version).
 func (d storeDefinitions) Get(ctx context.Context, agent string) (policies.Definition, error) {
 	def, err := d.s.Get(ctx, agent)
+	def.Version = def.Revision
 	return def, notFound(err)
 }
 
-func (d storeDefinitions) GetVersion(ctx context.Context, agent string, version uint64) (policies.Definition, error) {
-	def, err := d.s.GetVersion(ctx, agent, version)
+func (d storeDefinitions) GetVersion(ctx context.Context, agent string, rev uint64) (policies.Definition, error) {
+	rec, err := d.s.GetRevision(ctx, agent, rev)
+	def := rec.Definition
+	def.Version = def.Revision
 	return def, notFound(err)
 }
 

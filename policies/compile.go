@@ -23,6 +23,21 @@ type Compiled struct {
 	Definition Definition
 	Triggers   []*CompiledTrigger
 	Approvals  []*CompiledApproval
+
+	// file and loc place the problems the store finds (a rollout that
+	// cannot start) in the file Parse read.
+	file string
+	loc  locate
+}
+
+// fieldError is a problem of field, placed in the file the definition
+// came from when Parse read it.
+func (c *Compiled) fieldError(field string, err error) error {
+	e := &Error{File: c.file, Field: field, Err: err}
+	if c.loc != nil {
+		e.Line, e.Column = c.loc(field, 0, 0)
+	}
+	return e
 }
 
 // CompiledTrigger is a trigger with its expressions compiled.
@@ -365,6 +380,7 @@ func compile(d Definition, loc locate) (*Compiled, error) {
 		}
 		out.Approvals = append(out.Approvals, ca)
 	}
+	checkRollout(c, d.Rollout)
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
 	}

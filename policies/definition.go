@@ -26,10 +26,17 @@ type Definition struct {
 	// their next turn; by default a session keeps the version it started
 	// with.
 	ApplyToRunning bool `yaml:"apply_to_running,omitempty" json:"apply_to_running,omitempty"`
+	// Rollout serves the version this file creates to a share of new
+	// sessions only, beside the version serving now (see RolloutSpec). It
+	// is an instruction to the store, not part of the version's content:
+	// the store keeps it as the agent's rollout and clears it here.
+	Rollout *RolloutSpec `yaml:"rollout,omitempty" json:"rollout,omitempty"`
 
-	// Version is assigned by the store (the jl_agents revision); it is not
-	// part of the YAML.
-	Version uint64 `yaml:"-" json:"version,omitempty"`
+	// Version is the agent's own version number (1, 2, 3 …) and Revision
+	// the jl_agents revision it was read from; the store sets both, they
+	// are not part of the YAML.
+	Version  uint64 `yaml:"-" json:"version,omitempty"`
+	Revision uint64 `yaml:"-" json:"revision,omitempty"`
 }
 
 // Model selects and configures the model provider.

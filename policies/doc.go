@@ -2,6 +2,16 @@
 // file), validation with errors naming file, line and field, compilation of
 // every CEL expression at load, and the versioned store in jl_agents.
 //
+// The store numbers each agent's versions 1, 2, 3 … (Record: who applied
+// it, when, from which file, its content hash), creates none for a
+// definition equal to the newest, and keeps rollbacks as new versions
+// whose content is an earlier one's. It keeps each agent's rollout (a
+// canary version serving a share of new sessions, assigned by a stable
+// hash of the session name) and resolves which version a session runs
+// (Resolve). A rollout's guard judges the run counts every worker records
+// in jl_rollouts (RecordRun) and ends a failing canary by itself. Every
+// change is recorded in JL_AUDIT (Event).
+//
 // It does not evaluate admission rules against events (admission/ does)
 // and does not run agents (the worker does); both read Definitions from
 // here.

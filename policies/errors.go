@@ -13,6 +13,10 @@ var (
 	ErrInvalid = errors.New("policies: invalid definition")
 	// ErrNotFound means no definition of that agent is stored.
 	ErrNotFound = errors.New("policies: agent not found")
+	// ErrConflict means a change does not apply to the agent as it stands:
+	// a rollback to the content that already serves, a rollout of the
+	// stable version, an end of a rollout that is not in force.
+	ErrConflict = errors.New("policies: conflict")
 )
 
 // Error is one problem of a definition, located in its file.

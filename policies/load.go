@@ -75,19 +75,21 @@ func Parse(file string, data []byte) (*Compiled, error) {
 		return nil, e
 	}
 	lines := strings.Split(string(data), "\n")
-	c, err := compile(d, func(field string, exprLine, exprCol int) (int, int) {
+	loc := func(field string, exprLine, exprCol int) (int, int) {
 		line, col, style := position(f, field)
 		if exprLine == 0 || line == 0 {
 			return line, col
 		}
 		return exprPosition(lines, line, col, style, exprLine, exprCol)
-	})
+	}
+	c, err := compile(d, loc)
 	if err != nil {
 		for _, e := range Errors(err) {
 			e.File = file
 		}
 		return nil, err
 	}
+	c.file, c.loc = file, loc
 	return c, nil
 }
 

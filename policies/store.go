@@ -1,14 +1,13 @@
 package policies
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,16 +15,6 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
 )
-
-// Record is a stored definition with where and when it was applied.
-type Record struct {
-	// Definition has Version set to the record's revision in jl_agents.
-	Definition Definition `json:"definition"`
-	// Source is the file it was applied from, if any.
-	Source string `json:"source,omitempty"`
-	// AppliedAt is when it was stored.
-	AppliedAt time.Time `json:"applied_at"`
-}
 
 // Change is one update seen by Watch.
 type Change struct {
@@ -46,98 +35,97 @@ type Change struct {
 }
 
 // Store keeps versioned agent definitions in the jl_agents bucket, one key
-// per agent, the bucket's history holding earlier versions. Only
-// definitions that compile are written, and readers skip a stored version
-// that does not compile in favour of the newest one that does, so a
-// refused definition never replaces a serving one.
+// per agent, the bucket's history holding earlier versions (see Record).
+// Only definitions that compile are written, and readers skip a stored
+// version that does not compile in favour of the newest one that does,
+// so a refused definition never replaces a serving one. Every change is
+// also recorded in JL_AUDIT (see Event).
 type Store struct {
 	kv    jetstream.KeyValue
+	js    jetstream.JetStream
 	names streams.Names
 	now   func() time.Time
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	compiled map[uint64]*Compiled // by revision: entries never change
+	counters jetstream.KeyValue   // jl_rollouts, opened on first use
 }
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithLogger logs what the store cannot report to its caller: an audit
+// record that could not be written after the change it records was.
+func WithLogger(l *slog.Logger) StoreOption { return func(s *Store) { s.log = l } }
 
 // NewStore binds to the deployment's jl_agents bucket, which
 // streams.Provision creates.
-func NewStore(ctx context.Context, js jetstream.JetStream, names streams.Names) (*Store, error) {
+func NewStore(ctx context.Context, js jetstream.JetStream, names streams.Names, opts ...StoreOption) (*Store, error) {
 	kv, err := js.KeyValue(ctx, names.BucketAgents())
 	if err != nil {
 		return nil, fmt.Errorf("policies: open bucket %s: %w", names.BucketAgents(), err)
 	}
-	return &Store{kv: kv, names: names, now: time.Now}, nil
+	s := &Store{kv: kv, js: js, names: names, now: time.Now, log: slog.New(slog.DiscardHandler), compiled: map[uint64]*Compiled{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
-// PutOption adjusts a Put.
-type PutOption func(*Record)
+// maxCompiled bounds the compiled versions a Store keeps.
+const maxCompiled = 512
 
-// WithSource records the file a definition was applied from.
-func WithSource(file string) PutOption { return func(r *Record) { r.Source = file } }
+// compileEntry decodes and compiles an entry, once per revision.
+func (s *Store) compileEntry(e jetstream.KeyValueEntry) (*Compiled, Record, error) {
+	rec, err := record(e)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	s.mu.Lock()
+	c, ok := s.compiled[e.Revision()]
+	s.mu.Unlock()
+	if ok {
+		return c, rec, nil
+	}
+	c, err = Compile(rec.Definition)
+	if err != nil {
+		return nil, Record{}, err
+	}
+	s.mu.Lock()
+	if len(s.compiled) >= maxCompiled {
+		clear(s.compiled)
+	}
+	s.compiled[e.Revision()] = c
+	s.mu.Unlock()
+	return c, rec, nil
+}
 
-// Put validates d and stores it as the agent's newest version, returning
-// that version. A definition equal to the newest stored one is not stored
-// again: its version is returned. An invalid definition is refused with an
-// error wrapping ErrInvalid and nothing is written.
-func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint64, error) {
-	d.Version = 0
-	if _, err := Compile(d); err != nil {
-		return 0, err
+// numbered gives a record stored before per-agent versions its number
+// (see loadHistory), and its compiled definition the same.
+func (s *Store) numbered(ctx context.Context, key string, c *Compiled, rec Record) (*Compiled, Record, error) {
+	if rec.Version != 0 {
+		return c, rec, nil
 	}
-	key, err := s.names.AgentKey(d.Name)
+	h, err := s.loadHistory(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("policies: put %s: %w", d.Name, err)
+		return nil, Record{}, err
 	}
-	rec := Record{Definition: d, AppliedAt: s.now().UTC()}
-	for _, o := range opts {
-		o(&rec)
+	if r, ok := h.byRevision(rec.Revision); ok {
+		rec.Version, rec.Definition.Version = r.Version, r.Version
 	}
-	val, err := json.Marshal(rec)
-	if err != nil {
-		return 0, fmt.Errorf("policies: put %s: encode: %w", d.Name, err)
+	if c != nil && c.Definition.Version != rec.Version {
+		cc := *c
+		cc.Definition.Version = rec.Version
+		c = &cc
 	}
-	want, _ := json.Marshal(d)
-	for attempt := 0; ; attempt++ {
-		cur, err := s.kv.Get(ctx, key)
-		var rev uint64
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return 0, fmt.Errorf("policies: put %s: read current: %w", d.Name, err)
-		default:
-			rev = cur.Revision()
-			if old, err := decode(cur.Value()); err == nil {
-				old.Definition.Version = 0
-				have, _ := json.Marshal(old.Definition)
-				if bytes.Equal(have, want) {
-					return rev, nil
-				}
-			}
-		}
-		var v uint64
-		if rev == 0 {
-			v, err = s.kv.Create(ctx, key, val)
-		} else {
-			v, err = s.kv.Update(ctx, key, val, rev)
-		}
-		if err == nil {
-			return v, nil
-		}
-		// Another writer got in between: read again and decide again,
-		// after a short jittered pause so that the writers part.
-		if !streams.IsConflict(err) || attempt >= 9 {
-			return 0, fmt.Errorf("policies: put %s: %w", d.Name, err)
-		}
-		pause := time.Millisecond << attempt
-		t := time.NewTimer(pause/2 + rand.N(pause))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, fmt.Errorf("policies: put %s: %w", d.Name, ctx.Err())
-		case <-t.C:
-		}
-	}
+	return c, rec, nil
 }
 
 // Get returns the newest version of agent's definition that compiles,
-// with Version set. It fails with ErrNotFound when none is stored.
+// with Version and Revision set. It fails with ErrNotFound when none is
+// stored. During a rollout the newest version need not be the one that
+// serves new sessions: Resolve says which does.
 func (s *Store) Get(ctx context.Context, agent string) (Definition, error) {
 	c, _, err := s.GetCompiled(ctx, agent)
 	if err != nil {
@@ -146,62 +134,75 @@ func (s *Store) Get(ctx context.Context, agent string) (Definition, error) {
 	return c.Definition, nil
 }
 
-// GetCompiled is Get with the compiled rules and the record.
+// GetCompiled is Get with the compiled rules and the record, whose
+// Rollout is the agent's rollout in force.
 func (s *Store) GetCompiled(ctx context.Context, agent string) (*Compiled, Record, error) {
 	key, err := s.names.AgentKey(agent)
 	if err != nil {
 		return nil, Record{}, fmt.Errorf("policies: get %q: %w", agent, err)
 	}
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, Record{}, fmt.Errorf("policies: get %q: %w", agent, ErrNotFound)
-	}
+	c, rec, err := s.current(ctx, key)
 	if err != nil {
 		return nil, Record{}, fmt.Errorf("policies: get %q: %w", agent, err)
 	}
-	if c, rec, err := compileEntry(e); err == nil {
-		return c, rec, nil
+	return c, rec, nil
+}
+
+// current is the newest entry of key that compiles, numbered.
+func (s *Store) current(ctx context.Context, key string) (*Compiled, Record, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, Record{}, ErrNotFound
 	}
-	// The newest version is refused: serve the newest earlier one that
+	if err != nil {
+		return nil, Record{}, err
+	}
+	if c, rec, err := s.compileEntry(e); err == nil {
+		return s.numbered(ctx, key, c, rec)
+	}
+	// The newest entry is refused: serve the newest earlier one that
 	// compiles.
 	hist, err := s.kv.History(ctx, key)
 	if err != nil {
-		return nil, Record{}, fmt.Errorf("policies: get %q: history: %w", agent, err)
+		return nil, Record{}, fmt.Errorf("history: %w", err)
 	}
 	for _, h := range slices.Backward(hist) {
 		if h.Operation() != jetstream.KeyValuePut {
 			break
 		}
-		if c, rec, err := compileEntry(h); err == nil {
-			return c, rec, nil
+		if c, rec, err := s.compileEntry(h); err == nil {
+			return s.numbered(ctx, key, c, rec)
 		}
 	}
-	return nil, Record{}, fmt.Errorf("policies: get %q: no stored version compiles: %w", agent, ErrNotFound)
+	return nil, Record{}, fmt.Errorf("no stored version compiles: %w", ErrNotFound)
 }
 
-// GetVersion returns one stored version of agent's definition, as long as
-// the bucket's history keeps it.
-func (s *Store) GetVersion(ctx context.Context, agent string, version uint64) (Definition, error) {
+// GetRevision returns the entry of agent at jl_agents revision rev, as
+// long as the bucket's history keeps it.
+func (s *Store) GetRevision(ctx context.Context, agent string, rev uint64) (Record, error) {
 	key, err := s.names.AgentKey(agent)
 	if err != nil {
-		return Definition{}, fmt.Errorf("policies: get %q: %w", agent, err)
+		return Record{}, fmt.Errorf("policies: get %q revision %d: %w", agent, rev, err)
 	}
-	e, err := s.kv.GetRevision(ctx, key, version)
+	e, err := s.kv.GetRevision(ctx, key, rev)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			err = ErrNotFound
 		}
-		return Definition{}, fmt.Errorf("policies: get %q version %d: %w", agent, version, err)
+		return Record{}, fmt.Errorf("policies: get %q revision %d: %w", agent, rev, err)
 	}
-	rec, err := decode(e.Value())
+	rec, err := record(e)
 	if err != nil {
-		return Definition{}, fmt.Errorf("policies: get %q version %d: %w", agent, version, err)
+		return Record{}, fmt.Errorf("policies: get %q revision %d: %w", agent, rev, err)
 	}
-	rec.Definition.Version = e.Revision()
-	return rec.Definition, nil
+	_, rec, err = s.numbered(ctx, key, nil, rec)
+	if err != nil {
+		return Record{}, fmt.Errorf("policies: get %q revision %d: %w", agent, rev, err)
+	}
+	return rec, nil
 }
 
-// List returns the newest serving version of every agent, by name.
+// List returns the newest version of every agent that compiles, by name.
 func (s *Store) List(ctx context.Context) ([]Definition, error) {
 	recs, err := s.Records(ctx)
 	if err != nil {
@@ -214,7 +215,8 @@ func (s *Store) List(ctx context.Context) ([]Definition, error) {
 	return out, nil
 }
 
-// Records is List with where and when each version was applied.
+// Records is List with where and when each version was applied and the
+// rollout in force.
 func (s *Store) Records(ctx context.Context) ([]Record, error) {
 	lister, err := s.kv.ListKeys(ctx)
 	if err != nil {
@@ -246,7 +248,8 @@ func (s *Store) Records(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// Delete removes agent's definition; its history stays until purged.
+// Delete removes agent's definition; its history stays until purged, and
+// a definition applied later continues its version numbers.
 func (s *Store) Delete(ctx context.Context, agent string) error {
 	key, err := s.names.AgentKey(agent)
 	if err != nil {
@@ -261,10 +264,13 @@ func (s *Store) Delete(ctx context.Context, agent string) error {
 // Watch delivers every agent's current definition (the newest version
 // that compiles, with Refused set when that is not the newest stored),
 // then a Change with empty Agent marking that the current state has been
-// delivered, then
-// every later change, until ctx ends; the channel is closed then. The
-// goroutine feeding it stops when ctx ends: the caller owns it through ctx
-// and waits for it by draining the channel.
+// delivered, then every later change, until ctx ends; the channel is
+// closed then. The goroutine feeding it stops when ctx ends: the caller
+// owns it through ctx and waits for it by draining the channel.
+//
+// An entry that changes only the rollout is delivered too, with the same
+// definition: admission and schedules follow the stable version, whose
+// triggers and schedules a canary may not change.
 func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
@@ -288,7 +294,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 			}
 			var ch Change
 			if e != nil {
-				ch = s.change(e)
+				ch = s.change(ctx, e)
 				if initial && ch.Err != nil && !ch.Deleted {
 					ch = s.fallback(ctx, ch)
 				}
@@ -305,7 +311,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 	return out, nil
 }
 
-func (s *Store) change(e jetstream.KeyValueEntry) Change {
+func (s *Store) change(ctx context.Context, e jetstream.KeyValueEntry) Change {
 	agent, err := s.agentOf(e.Key())
 	if err != nil {
 		return Change{Agent: e.Key(), Err: err}
@@ -315,13 +321,16 @@ func (s *Store) change(e jetstream.KeyValueEntry) Change {
 		ch.Deleted = true
 		return ch
 	}
-	c, rec, err := compileEntry(e)
+	c, rec, err := s.compileEntry(e)
+	if err == nil {
+		c, rec, err = s.numbered(ctx, e.Key(), c, rec)
+	}
 	if err != nil {
-		ch.Err = fmt.Errorf("policies: agent %q version %d refused: %w", agent, e.Revision(), err)
+		ch.Err = fmt.Errorf("policies: agent %q revision %d refused: %w", agent, e.Revision(), err)
 		return ch
 	}
 	if c.Definition.Name != agent {
-		ch.Err = fmt.Errorf("policies: agent %q version %d is named %q", agent, e.Revision(), c.Definition.Name)
+		ch.Err = fmt.Errorf("policies: agent %q revision %d is named %q", agent, e.Revision(), c.Definition.Name)
 		return ch
 	}
 	ch.Compiled, ch.Record = c, rec
@@ -344,26 +353,4 @@ func (s *Store) agentOf(key string) (string, error) {
 		return "", fmt.Errorf("policies: key %q is not an agent key: %w", key, err)
 	}
 	return agent, nil
-}
-
-func decode(val []byte) (Record, error) {
-	var rec Record
-	dec := json.NewDecoder(bytes.NewReader(val))
-	if err := dec.Decode(&rec); err != nil {
-		return Record{}, fmt.Errorf("%w: decode stored definition: %w", ErrInvalid, err)
-	}
-	return rec, nil
-}
-
-func compileEntry(e jetstream.KeyValueEntry) (*Compiled, Record, error) {
-	rec, err := decode(e.Value())
-	if err != nil {
-		return nil, Record{}, err
-	}
-	rec.Definition.Version = e.Revision()
-	c, err := Compile(rec.Definition)
-	if err != nil {
-		return nil, Record{}, err
-	}
-	return c, rec, nil
 }

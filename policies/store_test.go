@@ -53,16 +53,19 @@ func TestStoreVersions(t *testing.T) {
 		t.Fatalf("unchanged put: version %d (%v), want %d", again, err, v1)
 	}
 	v2, err := st.Put(ctx, def("a", "false"))
-	if err != nil || v2 <= v1 {
-		t.Fatalf("second version %d (%v) after %d", v2, err, v1)
+	if err != nil || v1 != 1 || v2 != 2 {
+		t.Fatalf("versions %d then %d (%v), want 1 then 2", v1, v2, err)
 	}
 	got, err := st.Get(ctx, "a")
-	if err != nil || got.Version != v2 || got.Triggers[0].When != "false" {
+	if err != nil || got.Version != v2 || got.Revision == 0 || got.Triggers[0].When != "false" {
 		t.Fatalf("get: %+v %v", got, err)
 	}
-	old, err := st.GetVersion(ctx, "a", v1)
-	if err != nil || old.Triggers[0].When != "true" {
+	old, err := st.Version(ctx, "a", v1)
+	if err != nil || old.Definition.Triggers[0].When != "true" || old.Source != "a.yaml" || old.Hash == "" {
 		t.Fatalf("get version %d: %+v %v", v1, old, err)
+	}
+	if _, err := st.Version(ctx, "a", 9); !errors.Is(err, policies.ErrNotFound) {
+		t.Fatalf("version 9: %v", err)
 	}
 
 	// A refused definition leaves the previous version serving.

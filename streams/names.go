@@ -83,6 +83,10 @@ func (n Names) BucketDedupe() string { return n.p() + "_dedupe" }
 // BucketAgents holds versioned agent definitions (jl_agents).
 func (n Names) BucketAgents() string { return n.p() + "_agents" }
 
+// BucketRollouts holds the run counts of each agent's rollout, which
+// its guard judges (jl_rollouts).
+func (n Names) BucketRollouts() string { return n.p() + "_rollouts" }
+
 // BucketSchedules holds schedule health (jl_schedules).
 func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
 
@@ -266,6 +270,9 @@ func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // AgentKey is an agent's key in jl_agents.
 func (n Names) AgentKey(agent string) (string, error) { return agentToken(agent) }
+
+// RolloutKey is an agent's key in jl_rollouts.
+func (n Names) RolloutKey(agent string) (string, error) { return agentToken(agent) }
 
 // ScheduleKey is a schedule's key in jl_schedules: <agent>.<schedule>.
 func (n Names) ScheduleKey(agent, schedule string) (string, error) {

@@ -175,6 +175,8 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: long-horizon dedupe", History: 1, TTL: opts.DedupeTTL, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketAgents(), "versioned agent definitions",
 			jetstream.KeyValueConfig{Description: "jetloop: agent definitions", History: DefaultAgentHistory, Storage: st, Replicas: r}, nil),
+		kv(n.BucketRollouts(), "run counts of each agent's rollout, shared by every worker, which its guard judges",
+			jetstream.KeyValueConfig{Description: "jetloop: rollout run counts", History: 1, Storage: st, Replicas: r}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker",
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
 		{

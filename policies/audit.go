@@ -1,0 +1,169 @@
+package policies
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/streams"
+)
+
+// AuditKind is the kind token of the store's records in JL_AUDIT:
+// jl.audit.definition.<agent>.
+const AuditKind = "definition"
+
+// Event is one change of an agent's definitions as JL_AUDIT records it: a
+// version applied or restored, a rollout started, changed or ended (with
+// the guard's figures when it rolled back by itself).
+type Event struct {
+	Time  time.Time `json:"time"`
+	Agent string    `json:"agent"`
+	// Change is apply, rollback or rollout.
+	Change   string `json:"change"`
+	Version  uint64 `json:"version"`
+	Revision uint64 `json:"revision"`
+	Hash     string `json:"hash"`
+	Source   string `json:"source,omitempty"`
+	By       string `json:"by,omitempty"`
+	// Created is set when the change stored a new version.
+	Created  bool        `json:"created,omitempty"`
+	Restores uint64      `json:"restores,omitempty"`
+	Rollout  *Rollout    `json:"rollout,omitempty"`
+	Ended    *RolloutEnd `json:"rollout_ended,omitempty"`
+	// Summary says what happened in one line.
+	Summary string `json:"summary"`
+	// Seq is the record's JL_AUDIT sequence, set when read.
+	Seq uint64 `json:"-"`
+}
+
+// eventOf is the audit record of an applied change.
+func eventOf(a Applied, now time.Time) Event {
+	r := a.Record
+	by := r.AppliedBy
+	if r.Change == ChangeRollout {
+		by = r.ChangedBy
+	}
+	return Event{Time: now, Agent: a.Agent, Change: r.Change, Version: r.Version, Revision: r.Revision, Hash: r.Hash,
+		Source: r.Source, By: by, Created: a.Created, Restores: r.Restores, Rollout: r.Rollout, Ended: r.Ended, Summary: Describe(r, a.Created)}
+}
+
+// Describe says in one line what the entry rec did.
+func Describe(rec Record, created bool) string {
+	var parts []string
+	switch {
+	case rec.Change == ChangeRollback || rec.Restores != 0 && created:
+		parts = append(parts, fmt.Sprintf("version %d restores the content of version %d", rec.Version, rec.Restores))
+	case created:
+		p := fmt.Sprintf("version %d applied", rec.Version)
+		if rec.Source != "" {
+			p += " from " + rec.Source
+		}
+		parts = append(parts, p)
+	}
+	if e := rec.Ended; e != nil {
+		p := fmt.Sprintf("rollout of canary v%d beside stable v%d %s", e.Canary, e.Stable, strings.ReplaceAll(e.Outcome, "_", " "))
+		if e.Reason != "" {
+			p += ": " + e.Reason
+		}
+		parts = append(parts, p)
+	}
+	if r := rec.Rollout; r != nil {
+		p := "rollout: " + r.String()
+		if r.Guard != nil {
+			p += " (guard: " + r.Guard.String() + ")"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("version %d", rec.Version))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// audit records a change in JL_AUDIT. The change is made already: a
+// failure is logged, not returned.
+func (s *Store) audit(ctx context.Context, a Applied) {
+	ev := eventOf(a, s.now().UTC())
+	subject, err := s.names.Audit(AuditKind, a.Agent)
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(ev); err == nil {
+			_, err = s.js.Publish(ctx, subject, b)
+		}
+	}
+	if err != nil {
+		s.log.Warn("definition change not recorded in the audit stream", "agent", a.Agent, "version", a.Record.Version, "revision", a.Record.Revision, "err", err)
+	}
+}
+
+// Events reads the definition changes recorded in JL_AUDIT since since,
+// of one agent or (agent "") of every one: at most n, the newest, oldest
+// first.
+func Events(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) ([]Event, error) {
+	var filter string
+	if agent != "" {
+		s, err := names.Audit(AuditKind, agent)
+		if err != nil {
+			return nil, err
+		}
+		filter = s
+	} else {
+		// "_" is no agent name: what precedes it is the kind's prefix.
+		s, err := names.Audit(AuditKind, "_")
+		if err != nil {
+			return nil, err
+		}
+		filter = strings.TrimSuffix(s, "_") + ">"
+	}
+	cons, err := js.OrderedConsumer(ctx, names.StreamAudit(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &since,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)
+	}
+	pending := info.NumPending
+	var out []Event
+	for pending > 0 {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			pending = md.NumPending
+			var ev Event
+			if json.Unmarshal(m.Data(), &ev) != nil {
+				continue
+			}
+			ev.Seq = md.Sequence.Stream
+			out = append(out, ev)
+			if len(out) > n {
+				out = out[1:]
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)
+		}
+		if got == 0 {
+			break
+		}
+	}
+	return out, nil
+}
