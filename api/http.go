@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/ingest/gate"
 )
 
 // maxControlBody bounds the body of an HTTP control request.
@@ -21,6 +20,11 @@ type HTTPConfig struct {
 	// Token is the bearer token every route requires. Empty: the routes
 	// answer 503 (not configured).
 	Token string
+	// Gate admits a request, once its token is checked, from its verified
+	// pool and reads the body at its minimum rate within the request's
+	// deadline. Share the listener's gate. Nil: a gate of its own, with
+	// package gate's defaults.
+	Gate *gate.Gate
 }
 
 // HTTPControl is the body of POST /v1/agents/{agent}/sessions/{session}/control.
@@ -41,26 +45,45 @@ type HTTPControl struct {
 // with the same key inside JL_CTL's duplicate window is stored once.
 // Errors answer {"code": ..., "message": ...} with the code as status.
 func (s *Service) MountHTTP(mux *http.ServeMux, cfg HTTPConfig) {
-	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/control", s.httpRoute("control", cfg, s.httpControl))
-	mux.Handle("GET /v1/sessions", s.httpRoute("sessions", cfg, s.httpSessions))
+	if cfg.Gate == nil {
+		cfg.Gate, _ = gate.New(gate.Config{})
+	}
+	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/control", s.httpRoute("control", cfg, maxControlBody, s.httpControl))
+	mux.Handle("GET /v1/sessions", s.httpRoute("sessions", cfg, 0, s.httpSessions))
 }
 
-// httpRoute wraps a route with the bearer check, a deadline, errors as
-// JSON and metrics.
-func (s *Service) httpRoute(name string, cfg HTTPConfig, fn func(ctx context.Context, r *http.Request) (int, any, error)) http.Handler {
+// httpRoute wraps a route with the bearer check, a slot from the gate's
+// verified pool, the body (at most maxBody bytes, read at the gate's
+// minimum rate), a deadline, errors as JSON and metrics.
+func (s *Service) httpRoute(name string, cfg HTTPConfig, maxBody int64, fn func(ctx context.Context, r *http.Request, body []byte) (int, any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		status, resp, err := func() (int, any, error) {
 			if cfg.Token == "" {
+				gate.Unread(w)
 				return 0, nil, errorf(http.StatusServiceUnavailable, "API token not configured (JETLOOP_API_TOKEN)")
 			}
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+				gate.Unread(w)
 				return 0, nil, errorf(http.StatusUnauthorized, "missing or wrong bearer token")
 			}
+			release, err := cfg.Gate.Admit(cfg.Gate.Verified(), r, maxBody)
+			if err != nil {
+				gate.Unread(w)
+				return 0, nil, gateError(err)
+			}
+			defer release()
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 			defer cancel()
-			return fn(ctx, r)
+			var body []byte
+			if maxBody > 0 {
+				deadline, _ := ctx.Deadline()
+				if body, err = cfg.Gate.ReadBody(w, r, maxBody, deadline); err != nil {
+					return 0, nil, gateError(err)
+				}
+			}
+			return fn(ctx, r, body)
 		}()
 		if err != nil {
 			e := classify(err)
@@ -80,14 +103,15 @@ func (s *Service) httpRoute(name string, cfg HTTPConfig, fn func(ctx context.Con
 	})
 }
 
-func (s *Service) httpControl(ctx context.Context, r *http.Request) (int, any, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxControlBody+1))
-	if err != nil {
-		return 0, nil, errorf(http.StatusBadRequest, "read body: %v", err)
+// gateError is the API error of a refusal by the gate.
+func gateError(err error) error {
+	if st := gate.Status(err); st != 0 {
+		return &Error{Code: st, Message: err.Error()}
 	}
-	if len(body) > maxControlBody {
-		return 0, nil, &Error{Code: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("body over %d bytes", maxControlBody)}
-	}
+	return errorf(http.StatusBadRequest, "%v", err)
+}
+
+func (s *Service) httpControl(ctx context.Context, r *http.Request, body []byte) (int, any, error) {
 	req, err := decode[HTTPControl](body)
 	if err != nil {
 		return 0, nil, err
@@ -110,7 +134,7 @@ func (s *Service) httpControl(ctx context.Context, r *http.Request) (int, any, e
 	return http.StatusAccepted, resp, nil
 }
 
-func (s *Service) httpSessions(ctx context.Context, r *http.Request) (int, any, error) {
+func (s *Service) httpSessions(ctx context.Context, r *http.Request, _ []byte) (int, any, error) {
 	q := r.URL.Query()
 	resp, err := s.status(ctx, StatusRequest{Agent: q.Get("agent"), Status: q.Get("status")})
 	if err != nil {

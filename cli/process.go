@@ -14,8 +14,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/health"
+	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -39,6 +41,27 @@ type Runtime struct {
 	// dev`): the HTTP tools may reach loopback and private addresses, as
 	// JETLOOP_HTTP_ALLOW_PRIVATE=1 allows elsewhere.
 	Local bool
+
+	// gate is the HTTP listener's, shared by every receiver on Mux.
+	gate *gate.Gate
+}
+
+// Gate is the gate every HTTP receiver on rt.Mux shares, made with its
+// metrics registered on first use.
+func (rt *Runtime) Gate() (*gate.Gate, error) {
+	if rt.gate != nil {
+		return rt.gate, nil
+	}
+	m := gate.NewMetrics()
+	if err := m.Register(prometheus.DefaultRegisterer); err != nil {
+		return nil, fmt.Errorf("register gate metrics: %w", err)
+	}
+	g, err := gate.New(gate.Config{Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	rt.gate = g
+	return g, nil
 }
 
 // Component is a long-running part of a process. Run returns when ctx ends

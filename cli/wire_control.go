@@ -133,7 +133,11 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if token == "" {
 		log.Warn("JETLOOP_API_TOKEN is not set: POST /v1/agents/{agent}/sessions/{session}/control and GET /v1/sessions answer 503")
 	}
-	svc.MountHTTP(rt.Mux, api.HTTPConfig{Token: token})
+	g, err := rt.Gate()
+	if err != nil {
+		return nil, err
+	}
+	svc.MountHTTP(rt.Mux, api.HTTPConfig{Token: token, Gate: g})
 	// Without a signing secret POST /chat/slack answers 503 (not
 	// configured), so a misconfigured app is told rather than sent a 404.
 	secret := rt.Getenv("JETLOOP_SLACK_SIGNING_SECRET")
@@ -152,7 +156,7 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		}
 		return "", err
 	}
-	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Log: log.With("receiver", "slack")})
+	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Log: log.With("receiver", "slack"), Gate: g})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/examples"
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -95,10 +96,23 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if err := metrics.Register(prometheus.DefaultRegisterer); err != nil {
 		return nil, fmt.Errorf("register ingest metrics: %w", err)
 	}
+	g, err := rt.Gate()
+	if err != nil {
+		return nil, err
+	}
+	var networks gate.Networks
+	if path := rt.Getenv("JETLOOP_GITHUB_NETWORKS"); path != "" {
+		if networks, err = gate.LoadNetworks(path); err != nil {
+			return nil, fmt.Errorf("JETLOOP_GITHUB_NETWORKS: %w", err)
+		}
+		log.Info("GitHub webhooks accepted only from listed networks", "file", path, "networks", networks.Len())
+	}
 	srv, err := ingest.New(ingest.Config{
-		Names:        rt.Names,
-		GitHubSecret: []byte(secret),
-		Token:        token,
+		Names:          rt.Names,
+		GitHubSecret:   []byte(secret),
+		Token:          token,
+		Gate:           g,
+		GitHubNetworks: networks,
 		// Leave room for the ce-* headers within the server's max payload.
 		MaxEventSize: int(rt.NC.MaxPayload()) - 64<<10,
 		Log:          log,

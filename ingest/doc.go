@@ -3,6 +3,13 @@
 // over HTTP in binary and structured mode (POST /events) and user requests
 // (POST /v1/agents/{agent}/sessions/{session}/messages).
 //
+// Before a receiver reads a body, package gate admits the request: a
+// bearer token is checked from the headers and draws from the verified
+// pool; a GitHub delivery, verified only by its body's signature, draws
+// from the unverified pool, bounded per remote address, after the
+// optional source-network list. The body is read at a minimum rate
+// within the request's deadline.
+//
 // Every receiver verifies its sender and builds a CloudEvent (DESIGN §5);
 // from there every event takes the same pipeline, assembled in one place
 // (Server.pipeline) as middleware: dedupe, admission, publish. A sender

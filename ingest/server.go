@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -24,16 +23,14 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
 )
 
 // Defaults of Config.
 const (
-	DefaultTimeout     = 8 * time.Second
-	DefaultRetryAfter  = 5 * time.Second
-	DefaultMaxInFlight = 256
-	// DefaultMaxInFlightBytes bounds the request bodies held at once.
-	DefaultMaxInFlightBytes = 128 << 20
+	DefaultTimeout    = 8 * time.Second
+	DefaultRetryAfter = 5 * time.Second
 	// MaxRequestBody bounds the body of a user request.
 	MaxRequestBody = 1 << 20
 	// MaxIdempotencyKey bounds an Idempotency-Key header.
@@ -57,15 +54,17 @@ type Config struct {
 	Timeout time.Duration
 	// RetryAfter is the Retry-After of a 503. Default 5 s.
 	RetryAfter time.Duration
-	// MaxInFlight bounds requests handled at once; more get 503. Default
-	// 256.
-	MaxInFlight int
-	// MaxInFlightBytes bounds the bodies of the requests handled at once,
-	// by their Content-Length (a body without one counts as its
-	// receiver's limit); a request that does not fit gets 503. Default
-	// DefaultMaxInFlightBytes; it is raised to the largest receiver
-	// limit, so that one request of any allowed size fits.
-	MaxInFlightBytes int64
+	// Gate admits a request before its body is read and reads the body
+	// at a minimum rate within the request's deadline. Bearer-token
+	// receivers check the token first and draw from its verified pool;
+	// the GitHub receiver, whose signature covers the body, draws from
+	// its unverified pool. Share one gate among every receiver of a
+	// listener. Nil: a gate of its own, with package gate's defaults.
+	Gate *gate.Gate
+	// GitHubNetworks, when set, are the only source networks the GitHub
+	// receiver accepts (GitHub's published hook ranges); any other
+	// address is answered 403 before anything else. Zero: every address.
+	GitHubNetworks gate.Networks
 	// MaxEventSize is the most data of one event published in its
 	// message, in bytes: what NATS can carry (the connection's max
 	// payload, less room for headers). Larger data, up to a receiver's
@@ -85,13 +84,6 @@ func (c *Config) setDefaults() {
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.MaxInFlightBytes == 0 {
-		c.MaxInFlightBytes = DefaultMaxInFlightBytes
-	}
-	c.MaxInFlightBytes = max(c.MaxInFlightBytes, MaxGitHubBody)
 	if c.MaxEventSize == 0 || c.MaxEventSize > events.MaxEventSize {
 		c.MaxEventSize = events.MaxEventSize
 	}
@@ -108,20 +100,27 @@ func (c *Config) setDefaults() {
 
 // Validate reports a config that cannot work.
 func (c Config) Validate() error {
-	if c.Timeout < 0 || c.RetryAfter < 0 || c.MaxInFlight < 0 || c.MaxEventSize < 0 || c.MaxInFlightBytes < 0 {
+	if c.Timeout < 0 || c.RetryAfter < 0 || c.MaxEventSize < 0 {
 		return errors.New("ingest: negative limit in config")
+	}
+	if c.Gate != nil {
+		if l := c.Gate.Unverified().Limits(); l.Bytes < MaxGitHubBody || l.PerAddrBytes > 0 && l.PerAddrBytes < MaxGitHubBody {
+			return fmt.Errorf("ingest: the gate's unverified pool must fit one GitHub body of %d bytes, in total and per address", MaxGitHubBody)
+		}
+		if l := c.Gate.Verified().Limits(); l.Bytes < int64(c.MaxEventSize)+64<<10 {
+			return fmt.Errorf("ingest: the gate's verified pool must fit one event of %d bytes", c.MaxEventSize+64<<10)
+		}
 	}
 	return nil
 }
 
 // Server holds the receivers and the pipeline behind them.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	m        *Metrics
-	handle   Handler
-	inflight chan struct{}
-	budget   budget
+	cfg    Config
+	log    *slog.Logger
+	m      *Metrics
+	handle Handler
+	gate   *gate.Gate
 }
 
 // New assembles the receivers over the pipeline.
@@ -130,7 +129,14 @@ func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, inflight: make(chan struct{}, cfg.MaxInFlight), budget: budget{limit: cfg.MaxInFlightBytes}}
+	g := cfg.Gate
+	if g == nil {
+		var err error
+		if g, err = gate.New(gate.Config{}); err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, gate: g}
 	s.handle = s.pipeline(js, store, adm)
 	return s, nil
 }
@@ -148,42 +154,19 @@ func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admi
 
 // Mount registers the receivers on mux:
 //
-//	POST /webhooks/github                                  verify HMAC → CloudEvent → pipeline
-//	POST /events                                           bearer token → CloudEvent (sdk-go HTTP) → pipeline
-//	POST /v1/agents/{agent}/sessions/{session}/messages    bearer token → request CloudEvent → pipeline
+//	POST /webhooks/github                                  source networks → unverified pool → verify HMAC → CloudEvent → pipeline
+//	POST /events                                           bearer token → verified pool → CloudEvent (sdk-go HTTP) → pipeline
+//	POST /v1/agents/{agent}/sessions/{session}/messages    bearer token → verified pool → request CloudEvent → pipeline
 func (s *Server) Mount(mux *http.ServeMux) {
-	mux.Handle("POST /webhooks/github", s.receiver("github", MaxGitHubBody, s.githubHeaders, s.github))
-	mux.Handle("POST /events", s.receiver("events", s.cfg.MaxEventSize+64<<10, s.bearer, s.cloudEvent))
-	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/messages", s.receiver("request", MaxRequestBody, s.bearer, s.request))
+	mux.Handle("POST /webhooks/github", s.receiver("github", MaxGitHubBody, s.gate.Unverified(), s.githubHeaders, s.github))
+	mux.Handle("POST /events", s.receiver("events", s.cfg.MaxEventSize+64<<10, s.gate.Verified(), s.bearer, s.cloudEvent))
+	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/messages", s.receiver("request", MaxRequestBody, s.gate.Verified(), s.bearer, s.request))
 }
 
 // admit checks what a request's headers alone can tell, before its body
 // is read: an unauthenticated sender must not hold memory or a slot for
 // the time it takes to send a large body.
 type admit func(r *http.Request) error
-
-// budget is the memory request bodies may hold at once, in bytes.
-type budget struct {
-	mu    sync.Mutex
-	used  int64
-	limit int64
-}
-
-func (b *budget) take(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.limit {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *budget) give(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-}
 
 // receive turns a request into an event (or an immediate answer).
 type receive func(r *http.Request, body []byte) (e event.Event, answer *answer, err error)
@@ -195,48 +178,32 @@ type answer struct {
 }
 
 // receiver wraps a receive function with what every receiver shares: the
-// header checks before the body, the in-flight bounds (requests and body
-// bytes), the body limit, the deadline, metrics, and the mapping of
-// errors to statuses.
-func (s *Server) receiver(name string, maxBody int, pre admit, recv receive) http.Handler {
+// header checks before the body, a slot and room for the body from pool,
+// the body read at the gate's minimum rate within the request's deadline,
+// the body limit, metrics, and the mapping of errors to statuses.
+func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, recv receive) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.cfg.Now()
 		s.m.received.WithLabelValues(name).Inc()
 		defer func() { s.m.seconds.WithLabelValues(name).Observe(s.cfg.Now().Sub(start).Seconds()) }()
 		if err := pre(r); err != nil {
+			gate.Unread(w)
 			s.fail(w, name, err)
 			return
 		}
-		size := int64(maxBody)
-		switch {
-		case r.ContentLength > int64(maxBody):
-			s.fail(w, name, fmt.Errorf("%w: body of %d bytes, over %d", ErrTooLarge, r.ContentLength, maxBody))
-			return
-		case r.ContentLength >= 0:
-			size = r.ContentLength
-		}
-		select {
-		case s.inflight <- struct{}{}:
-			defer func() { <-s.inflight }()
-		default:
-			s.fail(w, name, fmt.Errorf("%w: %d requests in flight", ErrUnavailable, cap(s.inflight)))
+		release, err := s.gate.Admit(pool, r, int64(maxBody))
+		if err != nil {
+			gate.Unread(w)
+			s.fail(w, name, err)
 			return
 		}
-		if !s.budget.take(size) {
-			s.fail(w, name, fmt.Errorf("%w: %d bytes of request bodies in flight, no room for %d more", ErrUnavailable, s.cfg.MaxInFlightBytes, size))
-			return
-		}
-		defer s.budget.give(size)
+		defer release()
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(maxBody)))
+		deadline, _ := ctx.Deadline()
+		body, err := s.gate.ReadBody(w, r, int64(maxBody), deadline)
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				s.fail(w, name, fmt.Errorf("%w: body over %d bytes", ErrTooLarge, maxBody))
-				return
-			}
-			s.fail(w, name, fmt.Errorf("%w: read body: %w", ErrBadRequest, err))
+			s.fail(w, name, err)
 			return
 		}
 		e, ans, err := recv(r, body)
@@ -262,6 +229,9 @@ func (s *Server) receiver(name string, maxBody int, pre admit, recv receive) htt
 // githubHeaders refuses, before the body is read, a delivery that cannot
 // be verified: no secret configured, or no signature.
 func (s *Server) githubHeaders(r *http.Request) error {
+	if err := s.cfg.GitHubNetworks.Check(r); err != nil {
+		return err
+	}
 	if len(s.cfg.GitHubSecret) == 0 {
 		return fmt.Errorf("%w: GitHub webhook secret not configured (JETLOOP_GITHUB_SECRET)", errNotConfigured)
 	}
@@ -379,6 +349,8 @@ var errNotConfigured = errors.New("ingest: receiver not configured")
 func (s *Server) fail(w http.ResponseWriter, receiver string, err error) {
 	status := http.StatusServiceUnavailable
 	switch {
+	case gate.Status(err) != 0:
+		status = gate.Status(err)
 	case errors.Is(err, ErrUnauthorized):
 		status = http.StatusUnauthorized
 	case errors.Is(err, ErrBadRequest):

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/internal/natstest"
 )
 
@@ -77,7 +78,14 @@ func TestUnauthenticatedRequestRefusedBeforeItsBody(t *testing.T) {
 // by their number: while one large delivery is being received, another
 // that would exceed the budget is answered 503 at once.
 func TestBodiesInFlightBoundedByBytes(t *testing.T) {
-	h := startConfig(t, nil, func(c *ingest.Config) { c.MaxInFlightBytes = 30 << 20 }, reviewerYAML)
+	// A gate that lets a slow body take its time, so that only the bytes
+	// budget answers.
+	g, err := gate.New(gate.Config{Grace: time.Minute,
+		Unverified: gate.Limits{Requests: 64, Bytes: 30 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startConfig(t, nil, func(c *ingest.Config) { c.Gate, c.Timeout = g, time.Minute }, reviewerYAML)
 	big := githubHeaders("push", "big", []byte("x")) // signed for other bytes: refused once read
 	first, pw := sendSlowly(t, h.url+"/webhooks/github", big, 20<<20)
 	// Once the first request has taken its share, a second one no longer

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -63,6 +63,11 @@ type Config struct {
 	// retries.
 	Check func(ctx context.Context, ref streams.SessionRef, m control.Message) (refusal string, err error)
 	Log   *slog.Logger
+	// Gate admits a request before its body is read, from its unverified
+	// pool (a Slack signature covers the body), and reads the body at its
+	// minimum rate within the request's deadline. Share the listener's
+	// gate. Nil: a gate of its own, with package gate's defaults.
+	Gate *gate.Gate
 }
 
 func (c *Config) setDefaults() {
@@ -77,6 +82,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Gate == nil {
+		c.Gate, _ = gate.New(gate.Config{})
 	}
 }
 
@@ -153,33 +161,41 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// verify checks the signature, the timestamp and that the signature was
-// not used before, in that order: nothing unauthenticated reaches the
-// bucket. It returns the key that remembers the signature.
-func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) (string, error) {
+// checkHeaders refuses, before the body is read, a request that cannot
+// verify: no secret configured, no signature, or a timestamp outside the
+// window.
+func (r *Receiver) checkHeaders(h http.Header) error {
 	if len(r.cfg.SigningSecret) == 0 {
-		return "", refuse(http.StatusServiceUnavailable, "slack signing secret not configured (JETLOOP_SLACK_SIGNING_SECRET)")
+		return refuse(http.StatusServiceUnavailable, "slack signing secret not configured (JETLOOP_SLACK_SIGNING_SECRET)")
 	}
 	ts, sig := h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if ts == "" || sig == "" {
-		return "", refuse(http.StatusUnauthorized, "missing %s or %s header", HeaderSignature, HeaderTimestamp)
-	}
-	if !Verify(r.cfg.SigningSecret, ts, body, sig) {
-		return "", refuse(http.StatusUnauthorized, "%s does not match the body", HeaderSignature)
+		return refuse(http.StatusUnauthorized, "missing %s or %s header", HeaderSignature, HeaderTimestamp)
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return "", refuse(http.StatusUnauthorized, "%s %q is not Unix seconds", HeaderTimestamp, ts)
+		return refuse(http.StatusUnauthorized, "%s %q is not Unix seconds", HeaderTimestamp, ts)
 	}
 	if age := r.cfg.Now().Sub(time.Unix(sec, 0)); age > r.cfg.Window || age < -r.cfg.Window {
-		return "", refuse(http.StatusUnauthorized, "%s is %s from now, more than %s", HeaderTimestamp, age.Round(time.Second), r.cfg.Window)
+		return refuse(http.StatusUnauthorized, "%s is %s from now, more than %s", HeaderTimestamp, age.Round(time.Second), r.cfg.Window)
+	}
+	return nil
+}
+
+// verify checks the signature and that it was not used before, in that
+// order: nothing unauthenticated reaches the bucket. checkHeaders has
+// passed. It returns the key that remembers the signature.
+func (r *Receiver) verify(ctx context.Context, h http.Header, body []byte) (string, error) {
+	ts, sig := h.Get(HeaderTimestamp), h.Get(HeaderSignature)
+	if !Verify(r.cfg.SigningSecret, ts, body, sig) {
+		return "", refuse(http.StatusUnauthorized, "%s does not match the body", HeaderSignature)
 	}
 	// A signature verifies only within the window either side of its
 	// timestamp: remembering it for twice the window covers every moment
 	// it could be replayed.
 	h2 := sha256.Sum256([]byte(sig))
 	key := r.names.DedupeKey(sourceSignature, hex.EncodeToString(h2[:]))
-	_, err = r.kv.Create(ctx, key, []byte(ts), jetstream.KeyTTL(2*r.cfg.Window))
+	_, err := r.kv.Create(ctx, key, []byte(ts), jetstream.KeyTTL(2*r.cfg.Window))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return "", refuse(http.StatusUnauthorized, "replayed request: this signature was used at %s", ts)
@@ -205,13 +221,23 @@ type request struct {
 }
 
 func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.ResponseWriter) (_ any, err error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
+	if err := r.checkHeaders(req.Header); err != nil {
+		gate.Unread(w)
+		return nil, err
+	}
+	release, err := r.cfg.Gate.Admit(r.cfg.Gate.Unverified(), req, MaxBody)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, refuse(http.StatusRequestEntityTooLarge, "body over %d bytes", MaxBody)
+		gate.Unread(w)
+		return nil, refuse(gate.Status(err), "%v", err)
+	}
+	defer release()
+	deadline, _ := ctx.Deadline()
+	body, err := r.cfg.Gate.ReadBody(w, req, MaxBody, deadline)
+	if err != nil {
+		if st := gate.Status(err); st != 0 {
+			return nil, refuse(st, "%v", err)
 		}
-		return nil, refuse(http.StatusBadRequest, "read body: %v", err)
+		return nil, refuse(http.StatusBadRequest, "%v", err)
 	}
 	key, err := r.verify(ctx, req.Header, body)
 	if err != nil {
