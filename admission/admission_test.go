@@ -378,7 +378,7 @@ func TestRecordsAndDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, _ := e.names.DLQ(admission.DLQReason)
+	subject, _ := e.names.DLQ(string(admission.DLQReason))
 	raw, err := dlq.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		t.Fatalf("no dead letter: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -26,8 +27,8 @@ const (
 	// admitted). Agent names start with a letter or digit, so it names
 	// none.
 	NoAgent = "_"
-	// DLQReason is the reason token of admission's dead letters.
-	DLQReason = "admission"
+	// DLQReason is the reason of admission's dead letters.
+	DLQReason = dlq.RuleError
 )
 
 // Headers of a dead letter, beside the event's own ce-* headers.
@@ -144,7 +145,7 @@ func (a *Admitter) auditMsg(e event.Event, agent string, rec Record) (*nats.Msg,
 }
 
 func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
-	subject, err := a.names.DLQ(DLQReason)
+	subject, err := a.names.DLQ(string(DLQReason))
 	if err != nil {
 		return nil, fmt.Errorf("admission: dead letter subject: %w", err)
 	}
@@ -154,6 +155,8 @@ func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
 	}
 	m.Header.Set(HeaderRule, d.Rule())
 	m.Header.Set(HeaderError, oneLine(d.Reason))
+	m.Header.Set(dlq.HeaderReason, string(DLQReason))
+	m.Header.Set(dlq.HeaderDetail, oneLine(d.Rule()+": "+d.Reason))
 	m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject+"|"+d.Rule()))
 	return m, nil
 }

@@ -156,7 +156,7 @@ func TestUnpublishableSessionFailsOnlyItsRule(t *testing.T) {
 	if n := h.inCount(t, h.subject(t, "pr-reviewer", "Codertocat/Hello-World#2")); n != 1 {
 		t.Fatalf("%d messages for pr-reviewer, want 1", n)
 	}
-	dlq, err := h.names.DLQ(admission.DLQReason)
+	dlq, err := h.names.DLQ(string(admission.DLQReason))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestLargeGitHubBodyIsClaimChecked(t *testing.T) {
 	if owner, err := h.names.ParseSessionKey(ref.Blob.Handle); err != nil || owner.Agent != "pr-reviewer" {
 		t.Fatalf("handle %s names %+v (%v), want a pr-reviewer session", ref.Blob.Handle, owner, err)
 	}
-	dlq, _ := h.names.DLQ(admission.DLQReason)
+	dlq, _ := h.names.DLQ(string(admission.DLQReason))
 	_, dm := h.lastEvent(t, h.names.StreamDLQ(), dlq)
 	if len(dm.Data) > 4<<10 || !bytes.Contains(dm.Data, []byte(ref.Blob.SHA256)) {
 		t.Fatalf("dead letter data: %d bytes", len(dm.Data))

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -291,7 +292,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	verb := string(msg.Verb)
 	if perr != nil {
 		verb = "invalid"
-		if err := s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, "invalid control message: "+perr.Error()); err != nil {
+		if err := s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, dlq.InvalidControl, "invalid control message: "+perr.Error()); err != nil {
 			return err
 		}
 		s.w.m.controls.WithLabelValues(verb, "invalid").Inc()
@@ -306,9 +307,12 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		e.Name, e.Text, e.Event = verb, text, ref
 		entries = append(entries, e)
 	}
-	// ignore records a message that had nothing to act on.
+	// ignore records a message that had nothing to act on in the transcript,
+	// and goes to the dead letter stream with the reason.
+	var dead string
 	ignore := func(why string) {
 		note(record.KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
+		dead = why
 	}
 	// unwait continues a blocked or paused session; the time it waited
 	// does not count against the run's deadline.
@@ -429,6 +433,12 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		if why != "" {
 			ignore(why)
 			outcome = "refused"
+		}
+	}
+	if dead != "" {
+		detail := fmt.Sprintf("%s of %s: %s", verb, s.r.ref, dead)
+		if err := s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, dlq.NotApplicable, detail); err != nil {
+			return err
 		}
 	}
 	if err := s.commit(ctx, entries, next); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -648,16 +649,16 @@ func TestInvalidControlDeadLettered(t *testing.T) {
 		}
 		return nil
 	})
-	dlq, err := e.js.Stream(context.Background(), e.names.StreamDLQ())
+	dlqs, err := e.js.Stream(context.Background(), e.names.StreamDLQ())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dlq.GetLastMsgForSubject(context.Background(), e.names.DLQAll())
+	m, err := dlqs.GetLastMsgForSubject(context.Background(), e.names.DLQAll())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := m.Header.Get("Jl-Dlq-Reason"); !strings.Contains(r, "unknown verb") {
-		t.Fatalf("dead letter reason %q", r)
+	if r, d := m.Header.Get(dlq.HeaderReason), m.Header.Get(dlq.HeaderDetail); m.Subject != "jl.dlq.invalid_control" || r != "invalid_control" || !strings.Contains(d, "unknown verb") {
+		t.Fatalf("dead letter on %s, reason %q, detail %q", m.Subject, r, d)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -77,7 +78,7 @@ func TestTicksToCancelledSessionDeadLettered(t *testing.T) {
 	e.waitStatus(t, ref, record.StatusCancelled)
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		for _, m := range deadLetters(t, e) {
-			if m.Header.Get("Jl-Dlq-Reason") == "session is cancelled" && m.Header.Get("Jl-Orig-"+schedule.HeaderScheduler) != "" {
+			if m.Subject == "jl.dlq.session_cancelled" && m.Header.Get(dlq.HeaderDetail) == "session is cancelled" && m.Header.Get("Jl-Orig-"+schedule.HeaderScheduler) != "" {
 				return nil
 			}
 		}

@@ -22,7 +22,12 @@
 // write that records its sequence, so each is applied once, in order; a
 // cancel aborts the model call or tool in flight first. Before a tool call
 // runs, the definition's approval gates are evaluated: a matching call
-// blocks the session until an approve or a deny.
+// blocks the session until an approve or a deny. A message the session
+// cannot take as it stands is noted in the transcript and dead-lettered
+// (package dlq, reason not_applicable); a control message never creates a
+// session: one for a session without state and without an event to start
+// it is dead-lettered as no_session, and a new session skips (and
+// dead-letters) the control messages published before its first event.
 //
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -23,7 +24,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.InSeq = in.seq
 	ev, err := events.FromMsg(&nats.Msg{Subject: in.subject, Header: in.header, Data: in.data})
 	if err != nil {
-		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "not a CloudEvent: "+err.Error()); err != nil {
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NotCloudEvent, "not a CloudEvent: "+err.Error()); err != nil {
 			return err
 		}
 		return s.commit(ctx, nil, next)
@@ -31,7 +32,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	tick := schedule.IsTick(&nats.Msg{Header: in.header})
 	if s.st.Status.Final() {
 		reason := fmt.Sprintf("session is %s", s.st.Status)
-		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, reason); err != nil {
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.SessionCancelled, reason); err != nil {
 			return err
 		}
 		if tick {
@@ -77,7 +78,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	}
 	if err := s.resolve(ctx, &next); err != nil {
 		if errors.Is(err, errNoDefinition) {
-			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, err.Error()); derr != nil {
+			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NoDefinition, err.Error()); derr != nil {
 				return derr
 			}
 			if tick && next.Tick != nil {

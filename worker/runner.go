@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -234,6 +235,12 @@ func (r *runner) session(ctx context.Context) error {
 		}
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
+	} else if first, err := r.firstInput(ctx); err != nil {
+		return err
+	} else if first == nil {
+		// No state and no event to start one: a control message never
+		// creates a session.
+		return r.orphanControls(ctx)
 	}
 	ls, err := w.leases.acquire(ctx, r.ref)
 	if err != nil {
@@ -267,6 +274,9 @@ func (r *runner) session(ctx context.Context) error {
 	defer func() { _ = sub.Unsubscribe() }()
 	r.ctlHint.Store(true)
 	s, err := r.claim(sctx)
+	if errors.Is(err, errNoSession) {
+		return r.orphanControls(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -340,4 +350,85 @@ func (r *runner) nextInput(ctx context.Context, seq uint64) (*input, error) {
 		in = &input{subject: d.msg.Subject(), header: d.msg.Headers(), data: d.msg.Data(), seq: d.seq, time: t}
 	}
 	return in, nil
+}
+
+// errNoSession: the session has no state and no event to start one.
+var errNoSession = errors.New("no session and no event to start one")
+
+// firstInput returns the session's first event in JL_IN (or held), nil
+// when it has none: the event that starts a session without state.
+func (r *runner) firstInput(ctx context.Context) (*input, error) {
+	return r.nextInput(ctx, 0)
+}
+
+// orphanControls dead-letters the held control messages of a session that
+// does not exist and that no event waits to start, and acknowledges them:
+// applying one would create the session (a cancel of a session that did
+// not exist yet would make a cancelled one that refuses every later
+// event).
+func (r *runner) orphanControls(ctx context.Context) error {
+	r.mu.Lock()
+	held := slices.Clone(r.held)
+	r.mu.Unlock()
+	for _, d := range held {
+		if !d.ctl {
+			continue
+		}
+		verb := "invalid"
+		if m, err := control.ParseJS(d.msg); err == nil {
+			verb = string(m.Verb)
+		}
+		detail := fmt.Sprintf("%s for %s: no such session, and no event waits to start it; a control message never creates a session", verb, r.ref)
+		if err := r.w.deadLetter(ctx, d.msg.Subject(), d.msg.Headers(), d.msg.Data(), d.seq, dlq.NoSession, detail); err != nil {
+			return err
+		}
+		r.w.m.controls.WithLabelValues(verb, "no_session").Inc()
+		if err := d.msg.Ack(); err != nil {
+			r.log.Warn("ack", "seq", d.seq, "control", true, "err", err)
+		}
+		r.mu.Lock()
+		r.held = slices.DeleteFunc(r.held, func(h delivery) bool { return h.ctl && h.seq == d.seq })
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// maxOrphanScan bounds the control messages a new session skips as sent
+// before it existed.
+const maxOrphanScan = 10_000
+
+// skipOrphans dead-letters the control messages JL_CTL holds for a
+// session that is being created and that were published before the event
+// that starts it (at start): they were sent to a session that did not
+// exist, and a control message never creates one, so the new session does
+// not apply them either. It returns the sequence the new state's CtlSeq
+// starts from.
+func (r *runner) skipOrphans(ctx context.Context, start time.Time) (uint64, error) {
+	var seq uint64
+	subject := r.w.names.Ctl(r.ref)
+	for range maxOrphanScan {
+		m, err := r.w.ctl.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return seq, nil
+		case err != nil:
+			return 0, fmt.Errorf("worker: read control messages of new session %s: %w", r.ref, err)
+		}
+		if !m.Time.Before(start) {
+			return seq, nil
+		}
+		verb := "invalid"
+		if cm, err := control.Parse(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err == nil {
+			verb = string(cm.Verb)
+		}
+		detail := fmt.Sprintf("%s for %s: sent at %s, before the session's first event (%s); a control message never creates a session",
+			verb, r.ref, m.Time.UTC().Format(time.RFC3339Nano), start.UTC().Format(time.RFC3339Nano))
+		if err := r.w.deadLetter(ctx, m.Subject, m.Header, m.Data, m.Sequence, dlq.NoSession, detail); err != nil {
+			return 0, err
+		}
+		r.w.m.controls.WithLabelValues(verb, "no_session").Inc()
+		seq = m.Sequence
+	}
+	r.log.Warn("more control messages before the session's first event than are skipped; the rest apply", "skipped", maxOrphanScan)
+	return seq, nil
 }

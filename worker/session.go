@@ -43,7 +43,16 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 		case errors.Is(err, ErrNotFound):
 			st = record.NewState(r.ref.Agent, r.ref.Session, now)
 			st.Owner, st.Epoch = w.cfg.ID, 1
-			rev, err = w.store.Create(ctx, r.ref, st)
+			var first *input
+			if first, err = r.firstInput(ctx); err == nil && first == nil {
+				return nil, errNoSession
+			}
+			if err == nil {
+				st.CtlSeq, err = r.skipOrphans(ctx, first.time)
+			}
+			if err == nil {
+				rev, err = w.store.Create(ctx, r.ref, st)
+			}
 		case err == nil:
 			st.Owner, st.Epoch, st.Updated = w.cfg.ID, st.Epoch+1, now
 			rev, err = w.store.Update(ctx, r.ref, st, rev)

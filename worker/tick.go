@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -28,7 +29,7 @@ func (s *session) tickInput(ctx context.Context, in *input, next *record.State) 
 	msg := &nats.Msg{Subject: in.subject, Header: in.header, Data: in.data}
 	t, err := schedule.ParseTick(msg)
 	if err != nil {
-		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, "unreadable tick: "+err.Error()); err != nil {
+		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.BadTick, "unreadable tick: "+err.Error()); err != nil {
 			return ev, false, err
 		}
 		return ev, true, nil

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -247,7 +247,7 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 	}
 	ref, err := w.names.ParseSession(m.Subject())
 	if err != nil {
-		if err := w.deadLetter(ctx, m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream, "subject does not name a session: "+err.Error()); err != nil {
+		if err := w.deadLetter(ctx, m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream, dlq.BadSubject, "subject does not name a session: "+err.Error()); err != nil {
 			_ = m.NakWithDelay(5 * time.Second)
 			return
 		}
@@ -272,53 +272,26 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 	w.wg.Go(func() { r.run(ctx) })
 }
 
-// deadLetter publishes an input the worker cannot use to JL_DLQ with the
-// reason, keeping its data and headers (and so its Nats-Msg-Id, or one
-// derived from its place when it had none). The headers the server acts
-// on (a fired tick's Nats-Scheduler and Nats-Schedule-Next, which no
-// client may publish; Nats-TTL, Nats-Rollup, Nats-Expected-*,
-// Nats-Batch-* …) are kept under Jl-Orig- names. An input must not be
-// consumed unless its dead letter is durable: the caller records it
-// consumed only when deadLetter returned nil.
-func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, data []byte, seq uint64, reason string) error {
-	subj, err := w.names.DLQ("worker")
+// deadLetter publishes an input the worker cannot use to JL_DLQ on
+// jl.dlq.<reason> with the detail, keeping its data and headers (see
+// package dlq). An input must not be consumed unless its dead letter is
+// durable: the caller records it consumed only when deadLetter returned
+// nil.
+func (w *Worker) deadLetter(ctx context.Context, subject string, h nats.Header, data []byte, seq uint64, reason dlq.Reason, detail string) error {
+	m, err := dlq.New(w.names, reason, detail, subject, seq, h, data)
 	if err != nil {
 		return fmt.Errorf("worker: dead letter of %s #%d: %w", subject, seq, err)
 	}
-	m := &nats.Msg{Subject: subj, Header: deadLetterHeader(h), Data: data}
-	if m.Header.Get(nats.MsgIdHdr) == "" {
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("dlq-%s-%d", subject, seq))
-	}
-	m.Header.Set("Jl-Dlq-Reason", reason)
-	m.Header.Set("Jl-Dlq-Subject", subject)
-	m.Header.Set("Jl-Dlq-Seq", fmt.Sprint(seq))
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := w.js.PublishMsg(pctx, m); err != nil {
 		w.m.deadLetters.WithLabelValues("failed").Inc()
-		w.log.Error("dead letter failed; the input stays unconsumed", "subject", subject, "seq", seq, "reason", reason, "err", err)
-		return fmt.Errorf("worker: dead letter of %s #%d (%s): %w", subject, seq, reason, err)
+		w.log.Error("dead letter failed; the input stays unconsumed", "subject", subject, "seq", seq, "reason", reason, "detail", detail, "err", err)
+		return fmt.Errorf("worker: dead letter of %s #%d (%s: %s): %w", subject, seq, reason, detail, err)
 	}
 	w.m.deadLetters.WithLabelValues("ok").Inc()
-	w.log.Warn("input dead-lettered", "subject", subject, "seq", seq, "reason", reason)
+	w.log.Warn("input dead-lettered", "subject", subject, "seq", seq, "reason", reason, "detail", detail)
 	return nil
-}
-
-// origHeaderPrefix renames the server's headers on a dead letter.
-const origHeaderPrefix = "Jl-Orig-"
-
-// deadLetterHeader copies h for a dead letter: every Nats-* header but
-// the message id moves under a Jl-Orig- name, so the server neither acts
-// on it nor refuses the message for it.
-func deadLetterHeader(h nats.Header) nats.Header {
-	out := nats.Header{}
-	for k, v := range h {
-		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr) {
-			k = origHeaderPrefix + k
-		}
-		out[k] = append(out[k], v...)
-	}
-	return out
 }
 
 // modelFor returns the model of an agent's definition version, built once.

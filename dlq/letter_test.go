@@ -1,12 +1,16 @@
-package worker
+package dlq
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/streams"
 )
 
-func TestDeadLetterHeader(t *testing.T) {
+func TestHeader(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      nats.Header
@@ -35,7 +39,7 @@ func TestDeadLetterHeader(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out := deadLetterHeader(tc.in)
+			out := Header(tc.in)
 			for k, v := range tc.keep {
 				if got := out[k]; len(got) != 1 || got[0] != v {
 					t.Errorf("%s = %v, want %q", k, got, v)
@@ -52,5 +56,33 @@ func TestDeadLetterHeader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestNew(t *testing.T) {
+	names := streams.Default()
+	h := nats.Header{"Ce-Id": {"e1"}, "Nats-Msg-Id": {"m1"}, "Nats-TTL": {"never"}}
+	m, err := New(names, NoSession, "cancel for demo/x:\nno such session", "jl.ctl.demo.x", 7, h, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != "jl.dlq.no_session" || m.Header.Get(HeaderReason) != "no_session" || m.Header.Get(HeaderDetail) != "cancel for demo/x:; no such session" ||
+		m.Header.Get(HeaderSubject) != "jl.ctl.demo.x" || m.Header.Get(HeaderSeq) != "7" || m.Header.Get(nats.MsgIdHdr) != "m1" || m.Header.Get("Jl-Orig-Nats-TTL") != "never" {
+		t.Errorf("letter %s %v", m.Subject, m.Header)
+	}
+	m, err = New(names, BadSubject, strings.Repeat("é", MaxDetail), "jl.in.x", 3, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Header.Get(HeaderDetail); len(d) > MaxDetail || !strings.HasSuffix(d, "...") || !utf8.ValidString(d) || m.Header.Get(nats.MsgIdHdr) != "dlq-jl.in.x-3" {
+		t.Errorf("long detail: %d bytes, id %q", len(d), m.Header.Get(nats.MsgIdHdr))
+	}
+	if _, err := New(names, Reason("worker"), "", "jl.in.x", 1, nil, nil); err == nil {
+		t.Error("an unknown reason was accepted")
+	}
+	for _, r := range Reasons() {
+		if got, err := ParseReason(string(r)); err != nil || got != r {
+			t.Errorf("ParseReason(%q) = %q, %v", r, got, err)
+		}
 	}
 }
