@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -108,6 +110,9 @@ func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, e
 			Problems: problems}
 	}
 	out := ApplyResponse{Applied: []Applied{}}
+	for _, c := range defs {
+		out.Warnings = append(out.Warnings, KeyWarnings(c.Definition, os.Getenv)...)
+	}
 	for i, c := range defs {
 		before, _ := s.agents.Get(ctx, c.Definition.Name)
 		v, err := s.agents.Put(ctx, c.Definition, policies.WithSource(req.Files[i].Name))
@@ -118,6 +123,19 @@ func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, e
 		s.log.Info("agent applied", "agent", c.Definition.Name, "version", v, "source", req.Files[i].Name)
 	}
 	return out, nil
+}
+
+// KeyWarnings warns, for a definition whose model needs an API key, when
+// the variable holding it is not set in getenv's environment: a worker
+// that lacks it fails the agent's runs, so whoever applies it should
+// know.
+func KeyWarnings(d policies.Definition, getenv func(string) string) []string {
+	env, needed := model.KeyEnv(d.Model)
+	if !needed || strings.TrimSpace(getenv(env)) != "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("agent %s: model provider %s reads its API key from %s, which is not set here; a worker without it fails the agent's runs",
+		d.Name, d.Model.Provider, env)}
 }
 
 // sessionRef validates the agent and session of a request.

@@ -67,6 +67,9 @@ type Applied struct {
 // ApplyResponse lists what was stored, in the order of the files.
 type ApplyResponse struct {
 	Applied []Applied `json:"applied"`
+	// Warnings are what was stored but may not work: a model's API key
+	// variable that is not set in the process that applied it.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // SendRequest sends a user message to a session.

@@ -334,3 +334,35 @@ func TestSlackCommandOfAMissingSession(t *testing.T) {
 		t.Errorf("stop of a working session answered %v", out)
 	}
 }
+
+// TestApplyChecksAgainstTheRuntime: apply refuses a tool no worker runs,
+// with the file, line and field, storing nothing; it stores a definition
+// whose model key is not set where it runs, with a warning naming the
+// variable.
+func TestApplyChecksAgainstTheRuntime(t *testing.T) {
+	natsURL, _, _ := runDev(t, nil)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: bad\nmodel: {provider: scripted, script: [{text: hi}]}\ntools: [shell, sh]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, nil, "apply", bad, "--server", natsURL)
+	if code != 1 || !strings.Contains(errs, bad+":3:16: tools[1]: unknown tool \"sh\"") {
+		t.Fatalf("apply of an unknown tool: exit %d, %s %s", code, out, errs)
+	}
+	if _, out, _ := run(t, nil, "agents", "--json", "--server", natsURL); strings.Contains(out, `"name": "bad"`) {
+		t.Fatalf("a refused definition was stored: %s", out)
+	}
+	keyed := filepath.Join(dir, "keyed.yaml")
+	if err := os.WriteFile(keyed, []byte("name: keyed\nmodel: {provider: anthropic, name: claude-sonnet-4-5, api_key_env: TEAM_ANTHROPIC_KEY}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = run(t, nil, "apply", keyed, "--server", natsURL)
+	if code != 0 || !strings.Contains(out, "keyed version") || !strings.Contains(errs, "warning: agent keyed: model provider anthropic reads its API key from TEAM_ANTHROPIC_KEY, which is not set here") {
+		t.Fatalf("apply without the key: exit %d, %s %s", code, out, errs)
+	}
+	code, _, errs = run(t, map[string]string{"TEAM_ANTHROPIC_KEY": "k"}, "apply", keyed, "--server", natsURL)
+	if code != 0 || strings.Contains(errs, "warning") {
+		t.Fatalf("apply with the key: exit %d, %s", code, errs)
+	}
+}

@@ -236,6 +236,11 @@ func runApply(ctx context.Context, env *Env, args []string) error {
 		}
 		return fmt.Errorf("refused: %d problem(s); nothing was stored", len(policies.Errors(errors.Join(errs...))))
 	}
+	for _, c := range defs {
+		for _, w := range api.KeyWarnings(c.Definition, env.Getenv) {
+			fmt.Fprintln(env.Stderr, "warning: "+w)
+		}
+	}
 	rt, closeConn, err := dialNames(ctx, env, sf, "apply")
 	if err != nil {
 		return err

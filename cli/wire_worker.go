@@ -57,8 +57,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	log := rt.Log.With("component", "worker", "worker", id)
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
-			HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"})...)
+		workerTools(rt, blobs)...)
 	if err != nil {
 		return Component{}, err
 	}
@@ -97,6 +96,14 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, err
 	}
 	return Component{Name: "worker " + id, Run: w.Run}, nil
+}
+
+// workerTools are the tools a worker runs. Definitions are checked
+// against tools.Names when they are applied: the two must name the same
+// tools (wire_worker_internal_test.go holds them to it).
+func workerTools(rt *Runtime, blobs tools.BlobStore) []tools.Tool {
+	return tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
+		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"})
 }
 
 // envDuration reads a duration setting from the environment; unset is 0

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jetloop/jetloop/policies"
 )
@@ -37,4 +38,30 @@ func New(spec policies.Model, opts ...Option) (Model, error) {
 	default:
 		return nil, fmt.Errorf("model: provider: unknown %q; want one of %v", spec.Provider, providers)
 	}
+}
+
+// KeyEnv names the environment variable spec's provider reads its API
+// key from, and whether it needs one: anthropic always (default
+// ANTHROPIC_API_KEY); openai for api.openai.com and whenever api_key_env
+// is set (default OPENAI_API_KEY; a local server at another base_url may
+// take no key); scripted never. New fails for a needed key that is not
+// set; `jetloop apply` warns when it is not set where it runs.
+func KeyEnv(spec policies.Model) (env string, needed bool) {
+	switch spec.Provider {
+	case ProviderAnthropic:
+		if spec.APIKeyEnv != "" {
+			return spec.APIKeyEnv, true
+		}
+		return DefaultAnthropicKeyEnv, true
+	case ProviderOpenAI:
+		if spec.APIKeyEnv != "" {
+			return spec.APIKeyEnv, true
+		}
+		official := spec.BaseURL == ""
+		if ep, err := openAIEndpoint(spec.BaseURL); err == nil && strings.Contains(ep, "://api.openai.com/") {
+			official = true
+		}
+		return DefaultOpenAIKeyEnv, official
+	}
+	return "", false
 }

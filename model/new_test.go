@@ -63,3 +63,34 @@ func TestNewScriptedWithPrice(t *testing.T) {
 		t.Fatalf("cost = %v, want 2", r.Usage.CostUSD)
 	}
 }
+
+// KeyEnv names the variable New reads and says whether New needs it: New
+// fails without it exactly when KeyEnv says it is needed, and succeeds
+// with it set.
+func TestKeyEnvAgreesWithNew(t *testing.T) {
+	f := newFake(t, reply(http.StatusOK, openAIText))
+	specs := []policies.Model{
+		{Provider: "anthropic"},
+		{Provider: "anthropic", APIKeyEnv: "TEAM_KEY"},
+		{Provider: "openai"},
+		{Provider: "openai", BaseURL: "https://api.openai.com/v1"},
+		{Provider: "openai", Name: "qwen3", BaseURL: f.URL},
+		{Provider: "openai", Name: "qwen3", BaseURL: f.URL, APIKeyEnv: "LOCAL_KEY"},
+		{Provider: "scripted", Script: []policies.ScriptEntry{{Text: "hi"}}},
+	}
+	for _, spec := range specs {
+		name, needed := model.KeyEnv(spec)
+		_, err := model.New(spec, env())
+		if needed != (err != nil) {
+			t.Errorf("%+v: KeyEnv says needed=%v, New without it: %v", spec, needed, err)
+		}
+		if needed && !strings.Contains(err.Error(), name) {
+			t.Errorf("%+v: New's error %q does not name %s", spec, err, name)
+		}
+		if name != "" {
+			if _, err := model.New(spec, env(name, "k")); err != nil {
+				t.Errorf("%+v: New with %s set: %v", spec, name, err)
+			}
+		}
+	}
+}

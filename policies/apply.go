@@ -40,13 +40,13 @@ type Applied struct {
 	Changed bool `json:"changed,omitempty"`
 }
 
-// Put validates d and stores it as the agent's newest version, returning
+// Put checks d (Check) and stores it as the agent's newest version, returning
 // that version's number. A definition equal to the newest stored one is
 // not stored again: its number is returned. An invalid definition is
 // refused with an error wrapping ErrInvalid and nothing is written.
 func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint64, error) {
 	d.Version, d.Revision = 0, 0
-	c, err := Compile(d)
+	c, err := Check(d)
 	if err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -203,7 +204,17 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if kind == stringOverEvent {
 		want = cel.StringType
 	}
-	if out := checked.OutputType(); !out.IsExactType(want) && !out.IsExactType(cel.DynType) {
+	out := checked.OutputType()
+	switch {
+	case out.IsExactType(want):
+	case out.IsExactType(cel.DynType) && want == cel.StringType:
+		// A field of the input (event.subject, event.data.x): a string,
+		// or a whole number EvalString writes in decimal, decided per
+		// input.
+	case out.IsExactType(cel.DynType):
+		// A bare field could be anything; a condition must be one.
+		return nil, &exprError{msg: "CEL: result is dyn (a field whose type is known only per input), want bool: compare it, e.g. event.data.merged == true"}
+	default:
 		return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want %s", out, want)}
 	}
 	// Refuse at load what the estimate proves too costly: a rule whose
@@ -296,15 +307,21 @@ func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
 	return b, nil
 }
 
-// EvalString evaluates a string expression.
+// EvalString evaluates a string expression. A field whose type is known
+// only per input (event.data.issue.number) may be a whole number, written
+// in decimal; anything else that is not a string is an evaluation error.
 func (x *Expr) EvalString(ctx context.Context, vars Vars) (string, error) {
 	out, err := x.eval(ctx, vars)
 	if err != nil {
 		return "", err
 	}
-	s, ok := out.Value().(string)
-	if !ok {
-		return "", fmt.Errorf("%w: %s: result is %s, want string", ErrEval, x.src, out.Type().TypeName())
+	switch v := out.Value().(type) {
+	case string:
+		return v, nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case uint64:
+		return strconv.FormatUint(v, 10), nil
 	}
-	return s, nil
+	return "", fmt.Errorf("%w: %s: result is %s, want string (or a whole number)", ErrEval, x.src, out.Type().TypeName())
 }

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"text/template"
 	"text/template/parse"
 	"unicode/utf8"
+
+	"github.com/jetloop/jetloop/schedule/pattern"
+	"github.com/jetloop/jetloop/tools"
 )
 
 // MaxPromptLen bounds a rendered trigger prompt, in bytes. The prompt
@@ -206,8 +211,41 @@ func approvalName(a Approval, i int) string {
 // Compile validates d and compiles its rules. Errors wrap ErrInvalid and
 // are *Error values (joined when there are several) naming the field; they
 // carry no line, as d has no file. Use Parse for YAML.
+//
+// Compile is what readers of stored definitions need; Check adds what a
+// definition must also pass before it is stored.
 func Compile(d Definition) (*Compiled, error) {
-	return compile(d, nil)
+	c := &checker{}
+	out := compile(d, c)
+	return c.result(out)
+}
+
+// Check is Compile plus the checks against this runtime that a new
+// definition must pass before it is stored: every tool it lists is one
+// workers run (tools.Names). A stored version that lists a tool a later
+// release no longer has still compiles and serves; applying it again is
+// refused.
+func Check(d Definition) (*Compiled, error) {
+	c := &checker{}
+	out := compile(d, c)
+	checkRuntime(c, d)
+	return c.result(out)
+}
+
+// checkRuntime refuses what this runtime cannot do for d.
+func checkRuntime(c *checker, d Definition) {
+	for i, t := range d.Tools {
+		if strings.TrimSpace(t) != "" && !slices.Contains(knownTools(), t) {
+			c.addf(fmt.Sprintf("tools[%d]", i), "unknown tool %q: the tools are %s", t, strings.Join(knownTools(), ", "))
+		}
+	}
+}
+
+func (c *checker) result(out *Compiled) (*Compiled, error) {
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return out, nil
 }
 
 // locate returns the position in the source of a field path, or, when
@@ -222,6 +260,10 @@ var (
 	sessModes  = []string{"", "persistent", "ephemeral"}
 	overlaps   = []string{"", "skip", "queue_one", "cancel_previous"}
 )
+
+// knownTools are the names a definition's tools may list: what workers
+// run (package tools keeps the list).
+var knownTools = sync.OnceValue(tools.Names)
 
 type checker struct {
 	loc  locate
@@ -268,8 +310,8 @@ func oneOf(v string, allowed []string) bool {
 	return false
 }
 
-func compile(d Definition, loc locate) (*Compiled, error) {
-	c := &checker{loc: loc}
+// compile validates d and compiles its rules, adding every problem to c.
+func compile(d Definition, c *checker) *Compiled {
 	out := &Compiled{Definition: d}
 	switch {
 	case d.Name == "":
@@ -340,9 +382,6 @@ func compile(d Definition, loc locate) (*Compiled, error) {
 		if db := t.Debounce; db != nil && (db.Window.D() < MinDebounce || db.Window.D() > MaxDebounce) {
 			c.addf(f+".debounce.window", "%s: want %s to %s", db.Window.D(), MinDebounce, MaxDebounce)
 		}
-		if t.MaxConcurrent < 0 {
-			c.addf(f+".max_concurrent", "must not be negative")
-		}
 		out.Triggers = append(out.Triggers, ct)
 	}
 	seen = map[string]bool{}
@@ -357,8 +396,19 @@ func compile(d Definition, loc locate) (*Compiled, error) {
 			c.addf(f+".name", "schedule %q declared twice", s.Name)
 		}
 		seen[s.Name] = true
-		if strings.TrimSpace(s.Cron) == "" {
-			c.addf(f+".cron", "required: a 6-field cron, @hourly and the like, or @every 5m")
+		switch {
+		case strings.TrimSpace(s.Cron) == "":
+			c.addf(f+".cron", "required: a 5-field cron (minute first), a 6-field cron (seconds first), @hourly and the like, or @every 5m")
+		default:
+			// The reconciler's own parser: a pattern accepted here is one
+			// it installs.
+			if _, err := pattern.Parse(s.Cron, s.TimeZone, d.Name+"/"+s.Name); err != nil {
+				field := f + ".cron"
+				if s.TimeZone != "" && strings.Contains(err.Error(), "time zone") {
+					field = f + ".time_zone"
+				}
+				c.add(field, err)
+			}
 		}
 		if !oneOf(s.Session, sessModes) {
 			c.addf(f+".session", "%q: want persistent or ephemeral", s.Session)
@@ -381,10 +431,7 @@ func compile(d Definition, loc locate) (*Compiled, error) {
 		out.Approvals = append(out.Approvals, ca)
 	}
 	checkRollout(c, d.Rollout)
-	if len(c.errs) > 0 {
-		return nil, errors.Join(c.errs...)
-	}
-	return out, nil
+	return out
 }
 
 func checkModel(c *checker, m Model) {

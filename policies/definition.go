@@ -107,10 +107,9 @@ type Trigger struct {
 	Session string `yaml:"session,omitempty" json:"session,omitempty"`
 	// Prompt is an optional template rendering the event into the turn's
 	// user message.
-	Prompt        string    `yaml:"prompt,omitempty" json:"prompt,omitempty"`
-	Rate          *Rate     `yaml:"rate,omitempty" json:"rate,omitempty"`
-	Debounce      *Debounce `yaml:"debounce,omitempty" json:"debounce,omitempty"`
-	MaxConcurrent int       `yaml:"max_concurrent,omitempty" json:"max_concurrent,omitempty"`
+	Prompt   string    `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	Rate     *Rate     `yaml:"rate,omitempty" json:"rate,omitempty"`
+	Debounce *Debounce `yaml:"debounce,omitempty" json:"debounce,omitempty"`
 }
 
 // Rate limits admissions per key.

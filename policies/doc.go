@@ -1,6 +1,8 @@
 // Package policies owns agent definitions: the YAML schema (one agent a
 // file), validation with errors naming file, line and field, compilation of
-// every CEL expression at load, and the versioned store in jl_agents.
+// every CEL expression at load, the checks against this runtime (the
+// tools workers run, schedule patterns by the reconciler's own parser,
+// fields earlier releases took), and the versioned store in jl_agents.
 //
 // The store numbers each agent's versions 1, 2, 3 … (Record: who applied
 // it, when, from which file, its content hash), creates none for a

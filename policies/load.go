@@ -28,8 +28,9 @@ const (
 	MaxDebounce = time.Hour
 )
 
-// Parse reads one agent definition from YAML, validates it and compiles
-// its rules. file names the source in errors. Errors wrap ErrInvalid and
+// Parse reads one agent definition from YAML, validates it, compiles its
+// rules and checks it against this runtime (Check). file names the
+// source in errors. Errors wrap ErrInvalid and
 // are *Error values (joined when there are several) with the line and
 // column of the field at fault; for a CEL error, of the fault within the
 // expression.
@@ -66,11 +67,19 @@ func Parse(file string, data []byte) (*Compiled, error) {
 	if body.Type() != ast.MappingType {
 		return nil, &Error{File: file, Line: body.GetToken().Position.Line, Err: fmt.Errorf("document is a %s: want a mapping of fields", body.Type())}
 	}
+	if errs := retiredFields(file, body); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	var d Definition
 	if err := yaml.NodeToValue(body, &d, yaml.Strict()); err != nil {
 		e := yamlError(file, err)
 		if e.Line == 0 {
 			e.Line, e.Column, e.Field = valuePosition(body, err.Error())
+		} else if path, kind, ok := pathAt(body, e.Line, e.Column); ok {
+			e.Field = path
+			if m := mismatchRE.FindStringSubmatch(e.Err.Error()); m != nil {
+				e.Err = fmt.Errorf("is a %s, want %s", kind, goTypeWord(m[1]))
+			}
 		}
 		return nil, e
 	}
@@ -82,7 +91,10 @@ func Parse(file string, data []byte) (*Compiled, error) {
 		}
 		return exprPosition(lines, line, col, style, exprLine, exprCol)
 	}
-	c, err := compile(d, loc)
+	chk := &checker{loc: loc}
+	out := compile(d, chk)
+	checkRuntime(chk, d)
+	c, err := chk.result(out)
 	if err != nil {
 		for _, e := range Errors(err) {
 			e.File = file
@@ -94,6 +106,95 @@ func Parse(file string, data []byte) (*Compiled, error) {
 }
 
 var indexRE = regexp.MustCompile(`\[(\d+)\]`)
+
+// retired are fields an earlier release took and this one refuses, by
+// their path with indices written [], with what replaced them.
+var retired = map[string]string{
+	"triggers[].max_concurrent": "no longer supported: the limit is the agent's, concurrency: {limit: N, key: CEL} (across every session of the agent, or per key)",
+}
+
+// retiredFields refuses the retired fields of a document, each where it
+// is written.
+func retiredFields(file string, body ast.Node) []error {
+	var errs []error
+	walkKeys(body, "", func(path string, mv *ast.MappingValueNode) {
+		if why, ok := retired[indexRE.ReplaceAllString(path, "[]")]; ok {
+			tk := mv.Key.GetToken()
+			errs = append(errs, &Error{File: file, Line: tk.Position.Line, Column: tk.Position.Column, Field: path, Err: errors.New(why)})
+		}
+	})
+	return errs
+}
+
+// walkKeys calls fn for every mapping key under n with its field path
+// ("triggers[0].rate.key").
+func walkKeys(n ast.Node, prefix string, fn func(path string, mv *ast.MappingValueNode)) {
+	switch n := n.(type) {
+	case *ast.MappingNode:
+		for _, mv := range n.Values {
+			walkKeys(mv, prefix, fn)
+		}
+	case *ast.MappingValueNode:
+		key := n.Key.GetToken().Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		fn(key, n)
+		walkKeys(n.Value, key, fn)
+	case *ast.SequenceNode:
+		for i, v := range n.Values {
+			walkKeys(v, fmt.Sprintf("%s[%d]", prefix, i), fn)
+		}
+	case *ast.TagNode:
+		walkKeys(n.Value, prefix, fn)
+	}
+}
+
+// pathAt names the field whose key or value starts at line and col, with
+// the YAML kind of its value.
+func pathAt(body ast.Node, line, col int) (path, kind string, ok bool) {
+	at := func(n ast.Node) bool {
+		tk := n.GetToken()
+		return tk != nil && tk.Position.Line == line && tk.Position.Column == col
+	}
+	walkKeys(body, "", func(p string, mv *ast.MappingValueNode) {
+		if ok {
+			return
+		}
+		if at(mv.Key) || at(mv.Value) {
+			path, ok = p, true
+			switch mv.Value.Type() {
+			case ast.MappingType, ast.MappingValueType:
+				kind = "mapping"
+			case ast.SequenceType:
+				kind = "sequence"
+			default:
+				kind = "scalar"
+			}
+		}
+	})
+	return path, kind, ok
+}
+
+// mismatchRE matches go-yaml's message for a value of the wrong kind.
+var mismatchRE = regexp.MustCompile(`cannot unmarshal .* into Go (?:struct field .* of type|value of type) (\S+)`)
+
+// goTypeWord says a Go type of the schema in words.
+func goTypeWord(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "a whole number"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "bool":
+		return "true or false"
+	case strings.HasPrefix(t, "[]"):
+		return "a sequence"
+	}
+	return "a mapping"
+}
 
 // position finds the value node of a field path such as
 // "triggers[0].when" and reports where it is and its block scalar style:

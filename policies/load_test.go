@@ -66,6 +66,15 @@ func TestParseErrors(t *testing.T) {
 		{name: "not a mapping", yaml: "- a\n- b\n", line: 1, msgContain: "mapping"},
 		{name: "empty", yaml: "# nothing\n", msgContain: "empty"},
 		{name: "broken yaml", yaml: "name: a\n  model: [\n", line: 1, msgContain: ""},
+		{name: "unknown tool", yaml: head + "tools: [shell, sh]\n", line: 3, col: 16, field: "tools[1]", msgContain: `unknown tool "sh"`},
+		{name: "four-field cron", yaml: head + "schedules:\n  - name: s\n    cron: '*/2 * * *'\n", line: 5, field: "schedules[0].cron", msgContain: "4 fields"},
+		{name: "cron with no such date", yaml: head + "schedules:\n  - {name: s, cron: '0 0 0 30 2 *'}\n", line: 4, field: "schedules[0].cron", msgContain: "never fires"},
+		{name: "bad time zone", yaml: head + "schedules:\n  - {name: s, cron: '@hourly', time_zone: Mars/Olympus}\n", line: 4, field: "schedules[0].time_zone", msgContain: "Mars/Olympus"},
+		{name: "nested unknown field", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    rate: {key: event.id, per_minute: 3, brst: 2}\n", line: 6, col: 42, field: "triggers[0].rate.brst", msgContain: "unknown field"},
+		{name: "max_concurrent is retired", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    max_concurrent: 1\n", line: 6, col: 5, field: "triggers[0].max_concurrent", msgContain: "concurrency: {limit"},
+		{name: "when is a bare field", yaml: head + "triggers:\n  - name: t\n    when: event.data.merged\n", line: 5, field: "triggers[0].when", msgContain: "want bool"},
+		{name: "when is a sequence", yaml: head + "triggers:\n  - name: t\n    when: [a]\n", line: 5, field: "triggers[0].when", msgContain: "is a sequence, want a string"},
+		{name: "approval on a bare field", yaml: head + "approvals:\n  - when: tool.args.force\n", line: 4, field: "approvals[0].when", msgContain: "want bool"},
 		{name: "script error kind", yaml: "name: a\nmodel: {provider: scripted, script: [{error: boom}]}\n", field: "model.script[0].error", msgContain: "want one of"},
 	}
 	for _, tt := range tests {
@@ -190,6 +199,31 @@ func TestTriggerEvaluation(t *testing.T) {
 	}
 }
 
+// A session named by a field whose type is known only per event takes a
+// whole number in decimal; anything else is an evaluation error naming
+// what it got.
+func TestSessionOfAFieldOfTheEvent(t *testing.T) {
+	c, err := policies.Parse("a.yaml", []byte("name: a\nmodel: {provider: scripted}\ntriggers:\n  - {name: t, when: 'true', session: event.data.issue.number}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tt := range []struct{ payload, want, err string }{
+		{payload: `{"issue": {"number": 12}}`, want: "12"},
+		{payload: `{"issue": {"number": "x-7"}}`, want: "x-7"},
+		{payload: `{"issue": {"number": true}}`, err: "want string"},
+		{payload: `{"issue": {"number": {"a": 1}}}`, err: "want string"},
+	} {
+		s, err := c.Triggers[0].SessionOf(ctx, githubEvent(t, "x", tt.payload))
+		switch {
+		case tt.err != "" && (!errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: session %q, %v; want an error with %q", tt.payload, s, err, tt.err)
+		case tt.err == "" && (err != nil || s != tt.want):
+			t.Errorf("%s: session %q, %v; want %q", tt.payload, s, err, tt.want)
+		}
+	}
+}
+
 func TestEvaluationHonoursCostLimitAndContext(t *testing.T) {
 	c, err := policies.Parse("a.yaml", []byte(`name: a
 model: {provider: scripted}
@@ -220,11 +254,11 @@ func TestApprovals(t *testing.T) {
 	}
 	ctx := context.Background()
 	sess := policies.SessionInfo{Agent: "pr-reviewer", Name: "octo/repo#12"}
-	gate, need, err := c.NeedsApproval(ctx, policies.ToolCall{Name: "github_comment", Args: map[string]any{"body": strings.Repeat("x", 2001)}}, sess)
+	gate, need, err := c.NeedsApproval(ctx, policies.ToolCall{Name: "http_request", Args: map[string]any{"body": strings.Repeat("x", 2001)}}, sess)
 	if err != nil || !need || gate != "long-comment" {
 		t.Fatalf("long comment: %q %v %v", gate, need, err)
 	}
-	_, need, err = c.NeedsApproval(ctx, policies.ToolCall{Name: "github_comment", Args: map[string]any{"body": "short"}}, sess)
+	_, need, err = c.NeedsApproval(ctx, policies.ToolCall{Name: "http_request", Args: map[string]any{"body": "short"}}, sess)
 	if err != nil || need {
 		t.Fatalf("short comment: %v %v", need, err)
 	}

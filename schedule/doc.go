@@ -16,6 +16,11 @@
 // failures and trips the breaker; a suspended schedule has no schedule
 // message until it is resumed.
 //
+// Patterns are read by package pattern, which policies also uses to check
+// definitions when they are applied: a pattern the reconciler would not
+// install is refused there. A schedule whose stored pattern still does
+// not resolve keeps the schedule message it has.
+//
 // The overlap policy and the per-tick timeout are applied by the worker,
 // which runs the tick's session; this package only defines them.
 package schedule

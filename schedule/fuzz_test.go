@@ -3,7 +3,6 @@ package schedule_test
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -12,42 +11,6 @@ import (
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
 )
-
-// FuzzParsePattern feeds arbitrary patterns and time zones, as an agent
-// definition carries them, to ParsePattern: it never panics, refuses with
-// ErrBadPattern, and a pattern it accepts parses again to itself and
-// answers Next and Slot.
-func FuzzParsePattern(f *testing.F) {
-	f.Add("*/5 * * * *", "")
-	f.Add("0 0 9 * * MON-FRI", "Europe/Berlin")
-	f.Add("@every 90s", "")
-	f.Add("@hourly", "America/New_York")
-	f.Add("0 0 0 30 2 *", "")
-	f.Add("@at 2030-01-01T00:00:00Z", "")
-	f.Fuzz(func(t *testing.T, expr, tz string) {
-		p, err := schedule.ParsePattern(expr, tz, "agent/sched")
-		if err != nil {
-			if !errors.Is(err, schedule.ErrBadPattern) {
-				t.Fatalf("error %v is not ErrBadPattern", err)
-			}
-			return
-		}
-		again, err := schedule.ParsePattern(p.Expr, p.TimeZone, "agent/sched")
-		if err != nil {
-			t.Fatalf("accepted %q as %q, which does not parse again: %v", expr, p.Expr, err)
-		}
-		if again.Expr != p.Expr {
-			t.Fatalf("accepted %q as %q, which parses again as %q", expr, p.Expr, again.Expr)
-		}
-		now := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
-		if next := p.Next(now); !next.IsZero() && !next.After(now) {
-			t.Fatalf("%q: next slot %s is not after %s", p.Expr, next, now)
-		}
-		if slot := p.Slot(now); !slot.IsZero() && !slot.Before(now) {
-			t.Fatalf("%q: slot %s before next %s is not before it", p.Expr, slot, now)
-		}
-	})
-}
 
 // FuzzParseTick feeds ParseTick messages as anyone allowed to publish on
 // an agent's input subject could shape them: arbitrary scheduler and next

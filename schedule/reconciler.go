@@ -80,7 +80,9 @@ func (rep Report) Changed() bool {
 }
 
 // Reconcile makes one pass: every active schedule of every definition has
-// exactly its schedule message, and no other schedule message exists.
+// exactly its schedule message, and no other schedule message exists. A
+// schedule that does not resolve (a pattern the parser refuses) keeps
+// the message it has, if any, and records why in its health.
 func (r *Reconciler) Reconcile(ctx context.Context) (Report, error) {
 	var rep Report
 	defs, err := r.defs.List(ctx)
@@ -103,8 +105,15 @@ func (r *Reconciler) Reconcile(ctx context.Context) (Report, error) {
 			rep.Errors = append(rep.Errors, e)
 		}
 		for _, bad := range d.Schedules {
-			if !hasSpec(specs, bad.Name) {
-				r.recordInstallError(ctx, d.Name, bad.Name, errs)
+			if hasSpec(specs, bad.Name) {
+				continue
+			}
+			r.recordInstallError(ctx, d.Name, bad.Name, errs)
+			// A schedule that cannot be resolved keeps the message it
+			// has: a bad version of a definition (stored by an older
+			// release, or by hand) must not stop what runs.
+			if subject, err := r.cfg.Names.Sched(d.Name, bad.Name); err == nil {
+				wanted[subject] = true
 			}
 		}
 		for _, spec := range specs {

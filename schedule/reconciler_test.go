@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,6 +157,38 @@ func TestBadPatternIsRecordedAndOthersInstalled(t *testing.T) {
 	if err != nil || h.InstallError == "" {
 		t.Fatalf("broken schedule health: %+v %v", h, err)
 	}
+}
+
+// A definition whose schedule no longer parses (a stored version the
+// store did not refuse: written by an older release, or by hand) leaves
+// the running schedule as it is: its message stays and keeps firing.
+func TestBadPatternKeepsTheRunningSchedule(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	js := setup(t, srv.ClientURL())
+	c := collectTicks(t, js)
+	defs := newDefs(monitor("@every 1s"))
+	r := newReconciler(t, js, defs)
+	if rep, err := r.Reconcile(ctx); err != nil || len(rep.Added) != 1 {
+		t.Fatalf("first pass: %v %v", rep, err)
+	}
+	c.wait(t, 1, 30*time.Second)
+	before := scheduleMessages(t, js)
+
+	defs.set(monitor("*/2 * * *")) // four fields
+	rep, err := r.Reconcile(ctx)
+	if err != nil || len(rep.Removed) != 0 || len(rep.Errors) != 1 {
+		t.Fatalf("pass over the bad pattern: %v %v", rep, err)
+	}
+	if got := scheduleMessages(t, js); got["jl.sched.mon.drift"] != before["jl.sched.mon.drift"] || len(got) != 1 {
+		t.Fatalf("schedule messages after a bad pattern: %v, before %v", got, before)
+	}
+	h, err := r.Health().Get(ctx, "mon", "drift")
+	if err != nil || !strings.Contains(h.InstallError, "4 fields") {
+		t.Fatalf("health of the kept schedule: %+v %v", h, err)
+	}
+	// It keeps firing.
+	c.wait(t, 2, 30*time.Second)
 }
 
 func TestConcurrentReconcilersKeepOneMessage(t *testing.T) {

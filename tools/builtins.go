@@ -3,6 +3,7 @@ package tools
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +101,20 @@ func (c BuiltinConfig) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Names returns the name of every tool a worker runs, sorted: the tools
+// Builtins makes. It is the one list definitions are checked against
+// when they are applied, so a definition naming a tool no worker has is
+// refused there; a tool a worker gains belongs in Builtins, which keeps
+// this list in step (the worker's wiring is tested against it).
+func Names() []string {
+	var out []string
+	for _, t := range Builtins(BuiltinConfig{}) {
+		out = append(out, t.Spec().Name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Builtins returns the built-in tools: shell, http_get, http_request,

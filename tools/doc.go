@@ -4,6 +4,9 @@
 // http_request, shell, ask_human, read_blob (and, as they come,
 // github_comment, delegate and MCP tools).
 //
+// Names lists the tools workers run; definitions are checked against it
+// when they are applied, so a tool a worker gains belongs in Builtins.
+//
 // A worker builds one Registry of every tool it can run (NewRegistry,
 // Builtins), hands the model the specs an agent declares (Specs), and
 // makes each call through Run, which:

@@ -1,4 +1,4 @@
-package schedule_test
+package pattern_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/schedule/pattern"
 )
 
 func TestParsePattern(t *testing.T) {
@@ -32,9 +32,9 @@ func TestParsePattern(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := schedule.ParsePattern(tt.expr, tt.tz, "agent/sched")
+			p, err := pattern.Parse(tt.expr, tt.tz, "agent/sched")
 			if tt.wantErr {
-				if !errors.Is(err, schedule.ErrBadPattern) {
+				if !errors.Is(err, pattern.ErrBad) {
 					t.Fatalf("got %v, want ErrBadPattern", err)
 				}
 				return
@@ -52,8 +52,8 @@ func TestParsePattern(t *testing.T) {
 func TestOffsetsAreStableAndSpread(t *testing.T) {
 	seen := map[string]bool{}
 	for _, key := range []string{"a/x", "b/x", "c/x", "d/x", "e/x", "f/x"} {
-		p1, _ := schedule.ParsePattern("*/5 * * * *", "", key)
-		p2, _ := schedule.ParsePattern("*/5 * * * *", "", key)
+		p1, _ := pattern.Parse("*/5 * * * *", "", key)
+		p2, _ := pattern.Parse("*/5 * * * *", "", key)
 		if p1.Expr != p2.Expr {
 			t.Fatalf("offset of %s not stable: %q vs %q", key, p1.Expr, p2.Expr)
 		}
@@ -76,7 +76,7 @@ func TestSlotIsTheSlotBeforeNext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := schedule.ParsePattern(tt.expr, "", "k")
+			p, err := pattern.Parse(tt.expr, "", "k")
 			if err != nil {
 				t.Fatal(err)
 			}
