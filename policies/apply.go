@@ -42,8 +42,9 @@ type Applied struct {
 
 // Put checks d (Check) and stores it as the agent's newest version, returning
 // that version's number. A definition equal to the newest stored one is
-// not stored again: its number is returned. An invalid definition is
-// refused with an error wrapping ErrInvalid and nothing is written.
+// not stored again: its number is returned. An invalid definition, or
+// one whose MCP servers' catalogs were not recorded (see CheckCatalogs),
+// is refused with an error wrapping ErrInvalid and nothing is written.
 func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint64, error) {
 	d.Version, d.Revision = 0, 0
 	c, err := Check(d)
@@ -63,11 +64,19 @@ func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint6
 // without one the new version serves every new session and a rollout in
 // force ends. Applying the canary's content again with another rollout
 // changes the rollout, and without one promotes the canary. A rollout that
-// cannot start is refused with an *Error naming the field.
+// cannot start, and MCP servers without a recorded catalog, are refused
+// with an *Error naming the field.
 func (s *Store) Apply(ctx context.Context, c *Compiled, opts ...PutOption) (Applied, error) {
 	var o putOpts
 	for _, f := range opts {
 		f(&o)
+	}
+	if err := CheckCatalogs(c.Definition); err != nil {
+		for _, e := range Errors(err) {
+			e.File = c.file
+			e.Line, e.Column = c.Position(e.Field)
+		}
+		return Applied{}, err
 	}
 	spec := c.Definition.Rollout
 	d := content(c.Definition)

@@ -35,6 +35,16 @@ type Compiled struct {
 	loc  locate
 }
 
+// Position returns the line and column of a field path such as
+// "mcp_servers[0].tools[1]" in the file the definition was parsed from,
+// for problems found after parsing; zeros when unknown.
+func (c *Compiled) Position(field string) (line, col int) {
+	if c == nil || c.loc == nil {
+		return 0, 0
+	}
+	return c.loc(field, 0, 0)
+}
+
 // fieldError is a problem of field, placed in the file the definition
 // came from when Parse read it.
 func (c *Compiled) fieldError(field string, err error) error {
@@ -331,6 +341,7 @@ func compile(d Definition, c *checker) *Compiled {
 		}
 		seen[t] = true
 	}
+	checkMCP(c, d)
 	b := d.Budget
 	if b.MaxTurns < 0 || b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxHops < 0 {
 		c.addf("budget", "limits must not be negative")

@@ -22,6 +22,9 @@ type Definition struct {
 	Triggers  []Trigger  `yaml:"triggers,omitempty" json:"triggers,omitempty"`
 	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
 	Approvals []Approval `yaml:"approvals,omitempty" json:"approvals,omitempty"`
+	// MCPServers are the MCP servers whose admitted tools the agent may
+	// call, each mounted as "<server>.<tool>".
+	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
 	// ApplyToRunning makes a new version apply to existing sessions at
 	// their next turn; by default a session keeps the version it started
 	// with.

@@ -130,22 +130,11 @@ func NewRegistry(opts RegistryOptions, ts ...Tool) (*Registry, error) {
 		if _, dup := r.tools[s.Name]; dup {
 			return nil, fmt.Errorf("tools: tool %q registered twice", s.Name)
 		}
-		if strings.TrimSpace(s.Description) == "" {
-			return nil, fmt.Errorf("tools: tool %q has no description", s.Name)
-		}
-		switch s.State {
-		case Stateless, Connection, Resource:
-		default:
-			return nil, fmt.Errorf("tools: tool %q: statefulness %q: want %q, %q or %q", s.Name, s.State, Stateless, Connection, Resource)
-		}
-		if s.Timeout < 0 {
-			return nil, fmt.Errorf("tools: tool %q: timeout %v is negative", s.Name, s.Timeout)
-		}
-		sch, err := compileSchema(s.Name, s.Schema)
+		e, err := check(t, s)
 		if err != nil {
-			return nil, fmt.Errorf("tools: %w", err)
+			return nil, err
 		}
-		r.tools[s.Name] = entry{tool: t, spec: s, schema: sch}
+		r.tools[s.Name] = e
 		r.names = append(r.names, s.Name)
 	}
 	slices.Sort(r.names)
@@ -155,6 +144,50 @@ func NewRegistry(opts RegistryOptions, ts ...Tool) (*Registry, error) {
 		}
 	}
 	return r, nil
+}
+
+// check checks a tool's spec and compiles its schema.
+func check(t Tool, s Spec) (entry, error) {
+	if !toolName.MatchString(s.Name) {
+		return entry{}, fmt.Errorf("tools: name %q: want 1-64 of [A-Za-z0-9_.-]", s.Name)
+	}
+	if strings.TrimSpace(s.Description) == "" {
+		return entry{}, fmt.Errorf("tools: tool %q has no description", s.Name)
+	}
+	switch s.State {
+	case Stateless, Connection, Resource:
+	default:
+		return entry{}, fmt.Errorf("tools: tool %q: statefulness %q: want %q, %q or %q", s.Name, s.State, Stateless, Connection, Resource)
+	}
+	if s.Timeout < 0 {
+		return entry{}, fmt.Errorf("tools: tool %q: timeout %v is negative", s.Name, s.Timeout)
+	}
+	sch, err := compileSchema(s.Name, s.Schema)
+	if err != nil {
+		return entry{}, fmt.Errorf("tools: %w", err)
+	}
+	return entry{tool: t, spec: s, schema: sch}, nil
+}
+
+// Mount checks and compiles a tool that is not registered, one whose spec
+// is known only at run time (an MCP server's tool, from the catalog an
+// agent's definition recorded), and returns it wrapped so that every call
+// follows Run's rules: arguments validated against its schema, its
+// timeout, a panic turned into an error result, a large result offloaded
+// to the blob store. A mounted name may shadow no registered tool.
+func (r *Registry) Mount(t Tool) (Tool, error) {
+	if t == nil {
+		return nil, errors.New("tools: mount: tool is nil")
+	}
+	s := t.Spec()
+	if _, dup := r.tools[s.Name]; dup {
+		return nil, fmt.Errorf("tools: mount %q: a registered tool has that name", s.Name)
+	}
+	e, err := check(t, s)
+	if err != nil {
+		return nil, err
+	}
+	return NewFunc(s, func(ctx context.Context, c Call) (Result, error) { return r.run(ctx, e, c) }), nil
 }
 
 // Get returns the named tool, or an error wrapping ErrUnknownTool.
@@ -232,8 +265,21 @@ func (r *Registry) Run(ctx context.Context, name string, call Call) (Result, err
 		r.metrics.calls.WithLabelValues("", outcomeUnknown).Inc()
 		return Result{IsError: true, Content: fmt.Sprintf("unknown tool %q; available tools: %s", name, strings.Join(r.names, ", "))}, nil
 	}
+	return r.run(ctx, e, call)
+}
+
+// run makes one call of a checked tool (see Run).
+func (r *Registry) run(ctx context.Context, e entry, call Call) (Result, error) {
+	name := e.spec.Name
 	log := r.opts.Logger.With("agent", call.Agent, "session", call.Session, "call", call.ID, "tool", name)
-	if err := r.Validate(name, call.Args); err != nil {
+	err := func() error {
+		v, err := parseArgs(name, call.Args, r.opts.MaxArgsBytes)
+		if err != nil {
+			return err
+		}
+		return e.schema.validate(v)
+	}()
+	if err != nil {
 		r.metrics.calls.WithLabelValues(name, outcomeInvalid).Inc()
 		return Result{IsError: true, Content: err.Error()}, nil
 	}

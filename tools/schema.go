@@ -159,3 +159,11 @@ func jsonKind(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// CheckSchema reports whether schema would be accepted as a tool's
+// argument schema: JSON Schema describing an object, compiling without
+// loading anything from outside itself.
+func CheckSchema(tool string, schema json.RawMessage) error {
+	_, err := compileSchema(tool, schema)
+	return err
+}

@@ -1,0 +1,512 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetloop/jetloop/policies"
+)
+
+// conn is one session's connection to one server. It connects lazily,
+// notices when the server went away (the SDK session ends) and connects
+// again, with exponential backoff and full jitter, at the next call.
+type conn struct {
+	p       *Pool
+	key     connKey
+	srv     policies.MCPServer
+	workDir string
+	log     *slog.Logger
+
+	// sem serialises connecting and closing (a channel so a wait can end
+	// with the call's context).
+	sem chan struct{}
+	// Under sem:
+	cs     *sdk.ClientSession
+	proc   *process      // of a stdio server
+	ended  chan struct{} // closed when cs ended
+	fails  int           // connects failed in a row
+	closed bool
+	// generation counts connections made, for logs and tests.
+	generation int
+
+	liveMu  sync.Mutex
+	live    map[string]liveTool // the current connection's tools/list
+	noted   map[string]bool     // changes recorded for this connection
+	listErr error               // the last tools/list failed
+}
+
+// liveTool is what a server says of a tool now.
+type liveTool struct {
+	description string
+	schema      string // compact, keys sorted
+}
+
+func newConn(p *Pool, k connKey, s policies.MCPServer, workDir string) *conn {
+	return &conn{
+		p: p, key: k, srv: s, workDir: workDir,
+		log: p.opts.Logger.With("agent", k.agent, "session", k.session, "mcp_server", s.Name),
+		sem: make(chan struct{}, 1),
+	}
+}
+
+func (c *conn) lock(ctx context.Context) error {
+	select {
+	case c.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *conn) unlock() { <-c.sem }
+
+// errClosed is a call on a connection its session closed.
+var errClosed = errors.New("mcp: connection closed with its session")
+
+// session returns the live SDK session, connecting when there is none or
+// the last one ended. It tries up to MaxAttempts connects, each after a
+// jittered backoff, and stops at once when ctx ends.
+func (c *conn) session(ctx context.Context) (*sdk.ClientSession, error) {
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.unlock()
+	if c.closed {
+		return nil, errClosed
+	}
+	if c.cs != nil {
+		if why := c.gone(ctx); why == "" {
+			return c.cs, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		} else {
+			c.log.Info("MCP server connection is gone; reconnecting", "generation", c.generation, "why", why)
+			c.p.metrics.reconnects.WithLabelValues(c.srv.Name).Inc()
+			c.drop()
+		}
+	}
+	var last error
+	for attempt := 0; attempt < c.p.opts.MaxAttempts; attempt++ {
+		if c.fails > 0 {
+			if err := sleep(ctx, c.backoff()); err != nil {
+				return nil, err
+			}
+		}
+		if g := c.p.gate(address(c.srv)); g != nil {
+			if err := g.Wait(ctx); err != nil {
+				return nil, ctxErr(ctx, err)
+			}
+		}
+		start := time.Now()
+		err := c.dial(ctx)
+		c.p.metrics.connectSeconds.WithLabelValues(c.srv.Name).Observe(time.Since(start).Seconds())
+		if err == nil {
+			c.fails = 0
+			return c.cs, nil
+		}
+		if ctx.Err() != nil {
+			c.p.metrics.connects.WithLabelValues(c.srv.Name, "cancelled").Inc()
+			return nil, ctx.Err()
+		}
+		c.fails++
+		last = err
+		c.p.metrics.connects.WithLabelValues(c.srv.Name, "failed").Inc()
+		c.log.Warn("connect to MCP server failed", "attempt", attempt+1, "failures", c.fails, "err", err)
+	}
+	return nil, fmt.Errorf("%w after %d attempts: %w", errUnreachable, c.p.opts.MaxAttempts, last)
+}
+
+var errUnreachable = errors.New("MCP server unreachable")
+
+// backoff is the wait before the next connect: full jitter over an
+// exponentially growing, capped window.
+func (c *conn) backoff() time.Duration {
+	return jitter(c.p.opts.BaseBackoff, c.p.opts.MaxBackoff, c.fails)
+}
+
+// jitter is a random duration in [0, min(max, base·2^n)).
+func jitter(base, max time.Duration, n int) time.Duration {
+	w := max
+	if n < 30 && base<<n < max && base<<n > 0 {
+		w = base << n
+	}
+	if w <= 0 {
+		return 0
+	}
+	return rand.N(w)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// dial makes one connection: transport, initialize, tools/list, and the
+// comparison of the list with the recorded catalog.
+func (c *conn) dial(ctx context.Context) error {
+	cs, proc, err := connect(ctx, c.p, c.srv, c.workDir, c.key.agent, c.key.session, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { go c.refresh() },
+	})
+	if err != nil {
+		return err
+	}
+	live, err := listTools(ctx, cs)
+	if err != nil {
+		_ = cs.Close()
+		return fmt.Errorf("tools/list: %w", err)
+	}
+	c.generation++
+	c.cs, c.proc = cs, proc
+	c.ended = make(chan struct{})
+	ended := c.ended
+	go func() {
+		_ = cs.Wait()
+		close(ended)
+	}()
+	c.p.metrics.connects.WithLabelValues(c.srv.Name, "ok").Inc()
+	c.p.metrics.open.Inc()
+	c.log.Info("connected to MCP server", "generation", c.generation, "mcp_session", cs.ID(), "tools", len(live))
+	c.setLive(live, "connect")
+	return nil
+}
+
+// pingTimeout bounds the liveness check of an HTTP connection.
+const pingTimeout = 5 * time.Second
+
+// gone says why the current session cannot carry a call, or "": its
+// connection ended, its stdio server exited, or its HTTP server no longer
+// answers for the session (it restarted). The HTTP check is a ping: it
+// costs a round trip per call, and makes a restart between two calls a
+// reconnect instead of a call sent into a dead connection, whose fate
+// would be unknown. A first ping that fails on the transport is tried
+// once more, as a kept-alive TCP connection the server closed is only
+// found out by using it.
+func (c *conn) gone(ctx context.Context) string {
+	select {
+	case <-c.ended:
+		return fmt.Sprintf("connection ended (%v)", c.cs.Wait())
+	default:
+	}
+	if c.proc != nil {
+		if !c.proc.running() {
+			return "the server process exited"
+		}
+		return ""
+	}
+	var err error
+	for range 2 {
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err = c.cs.Ping(pctx, nil)
+		cancel()
+		var rpc *jsonrpc.Error
+		switch {
+		case err == nil:
+			return ""
+		case ctx.Err() != nil:
+			return "cancelled"
+		case errors.Is(err, sdk.ErrSessionMissing), errors.Is(err, sdk.ErrConnectionClosed):
+			return fmt.Sprintf("ping: %v", err)
+		case errors.As(err, &rpc) && rpc.Code != codeRejected:
+			return "" // it answered, if only to refuse the ping
+		}
+	}
+	return fmt.Sprintf("ping: %v", err)
+}
+
+// codeRejected is the code of the SDK's errors for a request its
+// transport could not deliver or that came back with an HTTP error.
+const codeRejected = -32005
+
+// drop forgets the current SDK session (under sem).
+func (c *conn) drop() {
+	if c.cs == nil {
+		return
+	}
+	_ = c.cs.Close()
+	c.cs, c.proc = nil, nil
+	c.p.metrics.open.Dec()
+}
+
+// broken marks the current session unusable, so the next call connects
+// again.
+func (c *conn) broken(cs *sdk.ClientSession) {
+	if err := c.lock(context.Background()); err != nil {
+		return
+	}
+	defer c.unlock()
+	if c.cs == cs {
+		c.drop()
+	}
+}
+
+// close ends the connection for good; a stdio server is stopped.
+func (c *conn) close() {
+	_ = c.lock(context.Background())
+	defer c.unlock()
+	c.closed = true
+	c.drop()
+}
+
+// refresh lists the tools again after tools/list_changed.
+func (c *conn) refresh() {
+	if err := c.lock(context.Background()); err != nil {
+		return
+	}
+	cs := c.cs
+	c.unlock()
+	if cs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	live, err := listTools(ctx, cs)
+	if err != nil {
+		c.liveMu.Lock()
+		c.listErr = err
+		c.liveMu.Unlock()
+		c.log.Warn("tools/list after tools/list_changed failed; the server's tools are withheld until it answers", "err", err)
+		return
+	}
+	c.setLive(live, "list_changed")
+}
+
+// setLive takes a new tools/list and records how each admitted tool
+// differs from the catalog recorded at apply.
+func (c *conn) setLive(live map[string]liveTool, when string) {
+	c.liveMu.Lock()
+	c.live, c.listErr = live, nil
+	if c.noted == nil || when == "connect" {
+		c.noted = map[string]bool{}
+	}
+	var changes []Change
+	for _, name := range c.srv.Tools {
+		e, ok := c.srv.CatalogTool(name)
+		if !ok {
+			continue
+		}
+		kind, now := compare(e, live)
+		if kind == "" {
+			continue
+		}
+		note := name + "\x00" + kind + "\x00" + now
+		if c.noted[note] {
+			continue
+		}
+		c.noted[note] = true
+		changes = append(changes, Change{
+			Agent: c.key.agent, Session: c.key.session, Server: c.srv.Name, Tool: name, Mounted: c.srv.Mount(name),
+			Kind: kind, Recorded: recordedOf(e, kind), Now: now, Found: when, Time: time.Now().UTC(),
+		})
+	}
+	c.liveMu.Unlock()
+	for _, ch := range changes {
+		c.p.metrics.changes.WithLabelValues(c.srv.Name, ch.Kind).Inc()
+		c.log.Warn("MCP tool changed on the server since it was applied; withheld until the agent is applied again",
+			"tool", ch.Mounted, "change", ch.Kind, "found", when)
+		if c.p.opts.OnChange != nil {
+			c.p.opts.OnChange(ch)
+		}
+	}
+}
+
+// withheld says why a tool may not be called on this connection, or "".
+func (c *conn) withheld(e policies.MCPTool) string {
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if c.listErr != nil {
+		return fmt.Sprintf("the server's tool list could not be read after it changed (%v)", c.listErr)
+	}
+	kind, _ := compare(e, c.live)
+	switch kind {
+	case "":
+		return ""
+	case ChangeRemoved:
+		return "the server no longer offers it"
+	default:
+		return fmt.Sprintf("its %s on the server differs from the one recorded when the agent was applied", kind)
+	}
+}
+
+// compare says how the live list differs from a recorded entry: "" when
+// it does not.
+func compare(e policies.MCPTool, live map[string]liveTool) (kind, now string) {
+	l, ok := live[e.Name]
+	switch {
+	case !ok:
+		return ChangeRemoved, ""
+	case l.description != e.Description:
+		return ChangeDescription, l.description
+	case l.schema != string(e.Schema):
+		return ChangeSchema, l.schema
+	}
+	return "", ""
+}
+
+func recordedOf(e policies.MCPTool, kind string) string {
+	switch kind {
+	case ChangeDescription:
+		return e.Description
+	case ChangeSchema:
+		return string(e.Schema)
+	}
+	return ""
+}
+
+// listTools reads a server's whole tool list, bounded.
+func listTools(ctx context.Context, cs *sdk.ClientSession) (map[string]liveTool, error) {
+	out := map[string]liveTool{}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		if len(out) >= maxListedTools {
+			return nil, fmt.Errorf("the server lists more than %d tools", maxListedTools)
+		}
+		schema, err := canonical(t.InputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: input schema: %w", t.Name, err)
+		}
+		out[t.Name] = liveTool{description: t.Description, schema: schema}
+	}
+	return out, nil
+}
+
+// canonical is v as compact JSON with sorted keys: two schemas that mean
+// the same compare equal however a server spelled them.
+func canonical(v any) (string, error) {
+	if raw, ok := v.(json.RawMessage); ok {
+		var x any
+		if err := json.Unmarshal(raw, &x); err != nil {
+			return "", err
+		}
+		v = x
+	}
+	if v == nil {
+		v = map[string]any{"type": "object"}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	var x any
+	if err := json.Unmarshal(b, &x); err != nil {
+		return "", err
+	}
+	b, err = json.Marshal(x)
+	return string(b), err
+}
+
+// connect opens an SDK session to a server, outside any pool's
+// bookkeeping (apply's admission uses it too).
+func connect(ctx context.Context, p *Pool, s policies.MCPServer, workDir, agent, session string, copts *sdk.ClientOptions) (*sdk.ClientSession, *process, error) {
+	if copts == nil {
+		copts = &sdk.ClientOptions{}
+	}
+	copts.Logger = slog.New(slog.DiscardHandler)
+	// No roots, sampling or elicitation: the server gets tool calls only.
+	copts.Capabilities = &sdk.ClientCapabilities{}
+	client := sdk.NewClient(&sdk.Implementation{Name: "jetloop", Version: version}, copts)
+	t, proc, err := transport(p, s, workDir, agent, session)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := client.Connect(ctx, t, nil)
+	if err != nil {
+		if proc != nil {
+			proc.kill()
+			if tail := strings.TrimSpace(proc.stderr.String()); tail != "" {
+				err = fmt.Errorf("%w (server's stderr: %s)", err, lastLines(tail, 5))
+			}
+		}
+		return nil, nil, err
+	}
+	return cs, proc, nil
+}
+
+// version is the client version the servers are told.
+const version = "1"
+
+// transport makes the SDK transport of a server; for a stdio server it
+// starts the process.
+func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (sdk.Transport, *process, error) {
+	if s.URL != "" {
+		h := http.Header{}
+		for name, env := range s.HeadersEnv {
+			v := p.opts.Getenv(env)
+			if v == "" {
+				return nil, nil, fmt.Errorf("header %s: environment variable %s is not set", name, env)
+			}
+			h.Set(name, v)
+		}
+		return &sdk.StreamableClientTransport{
+			Endpoint:     s.URL,
+			HTTPClient:   &http.Client{Transport: headers{base: p.opts.HTTPTransport, h: h}},
+			MaxEventSize: p.opts.MaxMessage,
+		}, nil, nil
+	}
+	if workDir == "" {
+		workDir = os.TempDir()
+	}
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return nil, nil, fmt.Errorf("work folder: %w", err)
+	}
+	env := append(minimalEnv(workDir), "JETLOOP_AGENT="+agent, "JETLOOP_SESSION="+session)
+	proc, stdout, stdin, err := startProcess(s.Command, workDir, env, p.opts.StopGrace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &sdk.IOTransport{Reader: io.NopCloser(stdout), Writer: stdinCloser{stdin, proc}, MaxLineLength: p.opts.MaxMessage}, proc, nil
+}
+
+// headers adds a server's configured headers to every request.
+type headers struct {
+	base http.RoundTripper
+	h    http.Header
+}
+
+func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(t.h) > 0 {
+		r = r.Clone(r.Context())
+		for k, v := range t.h {
+			r.Header[k] = v
+		}
+	}
+	return t.base.RoundTrip(r)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
