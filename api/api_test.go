@@ -465,6 +465,20 @@ func TestRequestErrors(t *testing.T) {
 	if code := msg.Header.Get("Nats-Service-Error-Code"); code != "400" || !strings.Contains(msg.Header.Get("Nats-Service-Error"), `unknown field "colour"`) {
 		t.Errorf("unknown field: code %q, error %q", code, msg.Header.Get("Nats-Service-Error"))
 	}
+	for _, tt := range []struct{ endpoint, body, says string }{
+		{"status", `{"status":"bogus"}`, `status "bogus"`},
+		{"status", `{"agent":"a b"}`, `agent "a b"`},
+		{"events", `{"agent":"a*"}`, `agent "a*"`},
+		{"status", `{"agent":"a"} {}`, "more than one JSON value"},
+	} {
+		msg, err := h.nc.Request(h.names.API(tt.endpoint), []byte(tt.body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "400" || !strings.Contains(msg.Header.Get("Nats-Service-Error"), tt.says) {
+			t.Errorf("%s %s: code %q, error %q, want 400 saying %q", tt.endpoint, tt.body, code, msg.Header.Get("Nats-Service-Error"), tt.says)
+		}
+	}
 	// No service on another prefix: the client says so.
 	other, _ := streams.NewNames("other")
 	_, err = api.NewClient(h.nc, other).Agents(ctx(t))
@@ -586,6 +600,29 @@ func TestHTTP(t *testing.T) {
 		}
 		if code, _ := do(t, srv.URL, http.MethodGet, "/v1/sessions", "", "", ""); code != 401 {
 			t.Errorf("sessions without a token: %d", code)
+		}
+	})
+	// A filter that could never match is the sender's mistake, not an
+	// empty answer.
+	t.Run("unknown filters", func(t *testing.T) {
+		for _, tt := range []struct{ query, says string }{
+			{"status=bogus", `status "bogus": want one of idle, working`},
+			{"status=Paused", `status "Paused"`},
+			{"agent=a.b", `agent "a.b"`},
+			{"colour=red", `unknown query parameter "colour"`},
+			{"status=paused&status=done", `"status" given 2 times`},
+			{"status=%zz", "query"},
+		} {
+			code, out := do(t, srv.URL, http.MethodGet, "/v1/sessions?"+tt.query, "t0ken", "", "")
+			if msg, _ := out["message"].(string); code != 400 || !strings.Contains(msg, tt.says) {
+				t.Errorf("?%s: %d %v, want 400 saying %q", tt.query, code, out, tt.says)
+			}
+		}
+	})
+	t.Run("trailing data", func(t *testing.T) {
+		code, out := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "", `{"verb":"steer","text":"x"} {"verb":"cancel"}`)
+		if code != 400 {
+			t.Errorf("control body with a second object: %d %v", code, out)
 		}
 	})
 }

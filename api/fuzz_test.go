@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -158,6 +159,56 @@ func FuzzHTTPControl(f *testing.F) {
 		}
 		if msg.Verb != res.Verb || msg.Ref.Agent != res.Agent || msg.Ref.Session != res.Session {
 			t.Fatalf("answered %s, but message %d is %s for %s", raw, res.Seq, msg.Verb, msg.Ref)
+		}
+	})
+}
+
+// FuzzHTTPSessions asks GET /v1/sessions with any query a holder of the
+// token could send. The answer is never a 5xx, and a 200 comes only for a
+// query of known parameters, each once, whose status is a known one.
+func FuzzHTTPSessions(f *testing.F) {
+	f.Add("status=paused")
+	f.Add("agent=demo&status=blocked")
+	f.Add("status=bogus")
+	f.Add("colour=red")
+	f.Add("status=%zz")
+	f.Add("agent=a&agent=b")
+	_, _, _, base := fuzzService(f)
+	client := &http.Client{Timeout: 20 * time.Second}
+	known := map[string]bool{"": true}
+	for _, s := range record.Statuses() {
+		known[string(s)] = true
+	}
+	f.Fuzz(func(t *testing.T, query string) {
+		req, err := http.NewRequest(http.MethodGet, base+"/v1/sessions", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL.RawQuery = query
+		req.Header.Set("Authorization", "Bearer "+fuzzToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			return // the client refused the URL
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Fatalf("?%s: %d %s", query, resp.StatusCode, raw)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return
+		}
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			t.Fatalf("?%s: 200 for a query that does not parse: %v", query, err)
+		}
+		for k, vs := range q {
+			if k != "agent" && k != "status" || len(vs) != 1 {
+				t.Fatalf("?%s: 200 with parameter %q given %d times", query, k, len(vs))
+			}
+		}
+		if !known[q.Get("status")] {
+			t.Fatalf("?%s: 200 for status %q", query, q.Get("status"))
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -135,7 +136,18 @@ func (s *Service) httpControl(ctx context.Context, r *http.Request, body []byte)
 }
 
 func (s *Service) httpSessions(ctx context.Context, r *http.Request, _ []byte) (int, any, error) {
-	q := r.URL.Query()
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return 0, nil, errorf(http.StatusBadRequest, "query: %v", err)
+	}
+	for k, vs := range q {
+		switch {
+		case k != "agent" && k != "status":
+			return 0, nil, errorf(http.StatusBadRequest, "unknown query parameter %q: want agent or status", k)
+		case len(vs) > 1:
+			return 0, nil, errorf(http.StatusBadRequest, "query parameter %q given %d times", k, len(vs))
+		}
+	}
 	resp, err := s.status(ctx, StatusRequest{Agent: q.Get("agent"), Status: q.Get("status")})
 	if err != nil {
 		return 0, nil, err

@@ -165,7 +165,29 @@ func (s *Service) send(ctx context.Context, req SendRequest) (SendResponse, erro
 	return SendResponse{Agent: ref.Agent, Session: ref.Session, Seq: seq}, nil
 }
 
+// checkAgentFilter refuses an agent filter that names no agent could
+// have.
+func checkAgentFilter(agent string) error {
+	if agent == "" {
+		return nil
+	}
+	if err := policies.CheckName(agent); err != nil {
+		return errorf(http.StatusBadRequest, "agent %q: no agent has this name: %v", agent, err)
+	}
+	return nil
+}
+
 func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse, error) {
+	if err := checkAgentFilter(req.Agent); err != nil {
+		return StatusResponse{}, err
+	}
+	if req.Status != "" && !record.Status(req.Status).Known() {
+		names := make([]string, 0, len(record.Statuses()))
+		for _, st := range record.Statuses() {
+			names = append(names, string(st))
+		}
+		return StatusResponse{}, errorf(http.StatusBadRequest, "status %q: want one of %s", req.Status, strings.Join(names, ", "))
+	}
 	all, err := record.List(ctx, s.js, s.names)
 	if err != nil {
 		return StatusResponse{}, err
@@ -300,6 +322,9 @@ func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (Sche
 }
 
 func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse, error) {
+	if err := checkAgentFilter(req.Agent); err != nil {
+		return EventsResponse{}, err
+	}
 	if req.Limit == 0 {
 		req.Limit = DefaultEvents
 	}

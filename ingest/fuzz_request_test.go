@@ -29,6 +29,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add("demo", "main", "k", []byte(`{"text":"x","extra":1}`))
 	f.Add("nobody", "main", "k", []byte(`{"text":"x"}`))
 	f.Add("demo", "main", "k", []byte(`{"text":"x"}{"text":"y"}`))
+	f.Add("demo", "main", "k2", []byte(`{"text":"x"} trailing`))
 	h := start(f, time.Minute)
 	client := &http.Client{Timeout: 10 * time.Second}
 	f.Fuzz(func(t *testing.T, agent, session, key string, body []byte) {
@@ -53,6 +54,9 @@ func FuzzRequest(f *testing.F) {
 			t.Fatalf("%s: %d %s", u, resp.StatusCode, raw)
 		case resp.StatusCode/100 != 2:
 			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("%s: %d for a body that is not one JSON value: %q", u, resp.StatusCode, body)
 		}
 		var res struct {
 			ID        string `json:"id"`

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -279,6 +280,12 @@ func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer,
 	if err := e.Validate(); err != nil {
 		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
+	// Data that claims to be JSON must be one JSON value and nothing
+	// else, or rules would read what the sender did not mean (structured
+	// mode's envelope is held to that by its parser).
+	if isJSON(e.DataContentType()) && len(e.DataEncoded) > 0 && !json.Valid(e.DataEncoded) {
+		return e, nil, fmt.Errorf("%w: data of event %s is declared %s but is not one JSON value", ErrBadRequest, e.ID(), e.DataContentType())
+	}
 	// The worker caps delegation depth by this count: it must be one.
 	if v, ok := e.Extensions()[events.ExtHops]; ok {
 		if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 0 || n > MaxHops {
@@ -293,6 +300,16 @@ func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer,
 		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return e, nil, nil
+}
+
+// isJSON reports whether a media type is JSON: application/json, or a
+// +json suffix.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
 // requestBody is the body of a user request.
@@ -310,6 +327,9 @@ func (s *Server) request(r *http.Request, body []byte) (event.Event, *answer, er
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return event.Event{}, nil, fmt.Errorf(`%w: body must be {"text": "..."}: %w`, ErrBadRequest, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return event.Event{}, nil, fmt.Errorf(`%w: body must be one JSON object {"text": "..."}, with nothing after it`, ErrBadRequest)
 	}
 	if strings.TrimSpace(req.Text) == "" {
 		return event.Event{}, nil, fmt.Errorf("%w: text is empty", ErrBadRequest)

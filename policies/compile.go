@@ -320,6 +320,16 @@ func oneOf(v string, allowed []string) bool {
 	return false
 }
 
+// CheckName reports whether name can name an agent, a trigger or a
+// schedule: 1 to 64 letters, digits, '-' and '_', starting with a letter or
+// digit.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: name %q: want 1 to 64 letters, digits, '-' and '_', starting with a letter or digit", ErrInvalid, name)
+	}
+	return nil
+}
+
 // compile validates d and compiles its rules, adding every problem to c.
 func compile(d Definition, c *checker) *Compiled {
 	out := &Compiled{Definition: d}

@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jetloop/jetloop/model"
@@ -35,6 +36,14 @@ const (
 	// event starts another run with a fresh budget.
 	StatusBudgetExceeded Status = "budget_exceeded"
 )
+
+// Statuses lists every status, in the order of the constants.
+func Statuses() []Status {
+	return []Status{StatusIdle, StatusWorking, StatusBlocked, StatusPaused, StatusDone, StatusFailed, StatusCancelled, StatusBudgetExceeded}
+}
+
+// Known reports whether s is one of Statuses.
+func (s Status) Known() bool { return slices.Contains(Statuses(), s) }
 
 // Final reports whether a session in status s takes no more runs: events
 // that reach it go to the dead letter stream. Only a cancel ends a

@@ -431,3 +431,19 @@ func TestIdenticalRetryAfterAFailureIsHandled(t *testing.T) {
 		t.Fatalf("replay of a handled request: %d, want 401", status)
 	}
 }
+
+// A signed Events API body with anything after its JSON object is refused:
+// what the signature covers is read as one value or not at all.
+func TestTrailingDataRefused(t *testing.T) {
+	h := start(t, "s3cret", time.Now())
+	good := event(t, "<@EEEEEEEEE> stop", "C0123ABCD", "Ev-trailing")
+	for _, tail := range []string{" x", "{}", `{"type":"event_callback"}`} {
+		code, out := h.signed(t, "application/json", append(bytes.Clone(good), tail...), 0)
+		if code != http.StatusBadRequest {
+			t.Fatalf("body with %q after it: %d %v, want 400", tail, code, out)
+		}
+	}
+	if n := h.ctlCount(t); n != 0 {
+		t.Fatalf("%d control messages published for refused bodies", n)
+	}
+}

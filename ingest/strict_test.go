@@ -1,0 +1,55 @@
+package ingest_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+// Every receiver takes one JSON value and nothing after it: trailing data
+// is refused with 400, never read past or half-admitted.
+func TestReceiversRefuseTrailingData(t *testing.T) {
+	h := start(t, time.Minute)
+	auth := map[string]string{"Authorization": "Bearer " + token}
+	binary := func(ct string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + token, "Content-Type": ct, "ce-specversion": "1.0",
+			"ce-id": "bin-1", "ce-source": "/test", "ce-type": "dev.jetloop.request", "ce-subject": "s1"}
+	}
+	structured := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/cloudevents+json"}
+	const event = `{"specversion":"1.0","id":"st-1","source":"/test","type":"dev.jetloop.request","subject":"s1","data":{"text":"x"}}`
+	hook := func(body string) map[string]string { return githubHeaders("pull_request", "strict-1", []byte(body)) }
+	pr := string(fixture(t, "pull_request/opened.payload.json"))
+	tests := []struct {
+		name   string
+		path   string
+		header map[string]string
+		body   string
+	}{
+		{name: "request with garbage after", path: "/v1/agents/demo/sessions/s1/messages", header: auth, body: `{"text": "hello"} garbage`},
+		{name: "request with a second object", path: "/v1/agents/demo/sessions/s1/messages", header: auth, body: `{"text": "hello"}{"text": "again"}`},
+		{name: "structured event with garbage after", path: "/events", header: structured, body: event + ` x`},
+		{name: "structured event with a second event", path: "/events", header: structured, body: event + event},
+		{name: "binary event whose JSON data has garbage after", path: "/events", header: binary("application/json"), body: `{"text": "x"} x`},
+		{name: "binary event whose +json data is two values", path: "/events", header: binary("application/vnd.test+json; charset=utf-8"), body: `1 2`},
+		{name: "signed webhook with garbage after", path: "/webhooks/github", header: hook(pr + "}"), body: pr + "}"},
+		{name: "signed webhook with a second object", path: "/webhooks/github", header: hook(pr + "{}"), body: pr + "{}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := post(t, h.url+tt.path, tt.header, []byte(tt.body)); r.status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", r.status, r.raw)
+			}
+		})
+	}
+	if n := h.inCount(t, ""); n != 0 {
+		t.Fatalf("%d messages published for refused bodies", n)
+	}
+	// Whitespace after the value is not data.
+	if r := post(t, h.url+"/v1/agents/demo/sessions/s1/messages", auth, []byte("{\"text\": \"hello\"}\r\n\t ")); r.status != http.StatusAccepted {
+		t.Fatalf("a request ending in whitespace: %d %s", r.status, r.raw)
+	}
+	// Data that is not declared JSON is the sender's own bytes.
+	if r := post(t, h.url+"/events", binary("text/plain"), []byte(`{"text": "x"} x`)); r.status != http.StatusAccepted {
+		t.Fatalf("a text/plain event: %d %s", r.status, r.raw)
+	}
+}
