@@ -65,8 +65,13 @@ type Decision struct {
 	Version uint64 `json:"version,omitempty"`
 	// Prompt is the trigger's rendered prompt, if any.
 	Prompt string `json:"-"`
-	// Window is the debounce window of a debounced decision.
-	Window time.Duration `json:"-"`
+	// Window is the debounce window of a debounced decision, MaxWait its
+	// bound on a burst's age (0: none).
+	Window  time.Duration `json:"-"`
+	MaxWait time.Duration `json:"-"`
+	// DebounceKey is the burst a debounced event joins within its
+	// session, when the trigger's debounce has a key.
+	DebounceKey string `json:"debounce_key,omitempty"`
 }
 
 // Rule names the trigger as "agent/trigger", or "" when none decided.
@@ -215,6 +220,13 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 			fail(t, err)
 			continue
 		}
+		if t.DebounceKey != nil {
+			// Before the rate limit: a failure here takes no token.
+			if d.DebounceKey, err = t.DebounceKey.EvalString(ctx, vars); err != nil {
+				fail(t, err)
+				continue
+			}
+		}
 		if t.Rate != nil {
 			key, err := t.RateKey.EvalString(ctx, vars)
 			if err != nil {
@@ -234,7 +246,7 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 		d.Outcome = Admitted
 		if t.Debounce != nil {
 			d.Outcome = Debounced
-			d.Window = t.Debounce.Window.D()
+			d.Window, d.MaxWait = t.Debounce.Window.D(), t.Debounce.MaxWait.D()
 		}
 		return append(out, d), nil
 	}

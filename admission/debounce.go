@@ -40,13 +40,15 @@ const (
 	hdrScheduleTarget = "Nats-Schedule-Target"
 )
 
-// Debounce adds e to the pending burst of d's session: it replaces the
-// session's delayed message on jl.debounce.<agent>.<session> with one that
-// carries e (stamped for d, with ExtCount one more than the message it
-// replaces) and fires on jl.in.<agent>.<session> d.Window after now. The
-// server fires it once, after the burst has been quiet for the window,
-// with the latest event's data. It returns the burst's count so far once
-// JetStream has stored the message.
+// Debounce adds e to the pending burst of d's session (of its debounce
+// key, when the trigger has one): it replaces the burst's delayed message
+// on jl.debounce.<agent>.<session>[.<key-hash>] with one that carries e
+// (stamped for d, with ExtCount one more than the message it replaces)
+// and fires on jl.in.<agent>.<session> d.Window after now, or d.MaxWait
+// after the burst's first event if that is sooner. The server fires it
+// once, after the burst has been quiet for the window (or grew as old as
+// max_wait), with the latest event's data. It returns the burst's count so
+// far once JetStream has stored the message.
 //
 // The replacement is a compare-and-set on the debounce subject's last
 // sequence, so concurrent events from several ingest processes each count
@@ -67,11 +69,16 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		return 0, fmt.Errorf("admission: debounce %s/%s: %w", d.Agent, d.Session, err)
 	}
 	subject, target := a.names.Debounce(ref), a.names.In(ref)
+	if d.DebounceKey != "" {
+		subject = a.names.DebounceKey(ref, d.DebounceKey)
+	}
 	stamped := Stamp(e, d)
 	guard := min(maxFireGuard, d.Window/2)
 	for attempt := range maxDebounceAttempts {
 		var last uint64
 		count := 1
+		now := a.now()
+		first := now
 		raw, err := a.in.GetLastMsgForSubject(ctx, subject)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -91,19 +98,17 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 					count = n + 1
 				}
 			}
+			if t, err := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderBurstStart)); err == nil && t.Before(now) {
+				first = t
+			}
 		}
 		stamped.SetExtension(ExtCount, strconv.Itoa(count))
 		m, err := events.ToMsg(subject, stamped)
 		if err != nil {
 			return 0, fmt.Errorf("admission: debounce %s: %w", subject, err)
 		}
-		// @at takes whole seconds: round up so the quiet window is never
-		// shorter than asked.
-		at := a.now().Add(d.Window)
-		if t := at.Truncate(time.Second); t.Before(at) {
-			at = t.Add(time.Second)
-		}
-		m.Header.Set(hdrSchedule, "@at "+at.UTC().Format(time.RFC3339))
+		m.Header.Set(hdrSchedule, "@at "+fireAt(now, first, d.Window, d.MaxWait).UTC().Format(time.RFC3339))
+		m.Header.Set(HeaderBurstStart, first.UTC().Format(time.RFC3339Nano))
 		m.Header.Set(hdrScheduleTarget, target)
 		m.Header.Set(hdrRollup, rollupSubject)
 		m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
@@ -123,6 +128,34 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		}
 	}
 	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)
+}
+
+// HeaderBurstStart is, on a pending debounce message, when the burst's
+// first event came: max_wait counts from it.
+const HeaderBurstStart = "Jl-Burst-Start"
+
+// fireAt is when a burst whose first event came at first and whose
+// latest comes now fires: the quiet window after now, rounded up to the
+// whole second @at takes so the window is never shorter than asked, but
+// no later than maxWait after first (rounded down, so never later than
+// asked either), and never before the next whole second.
+func fireAt(now, first time.Time, window, maxWait time.Duration) time.Time {
+	ceil := func(t time.Time) time.Time {
+		if r := t.Truncate(time.Second); r.Before(t) {
+			return r.Add(time.Second)
+		}
+		return t
+	}
+	at := ceil(now.Add(window))
+	if maxWait > 0 {
+		if bound := first.Add(maxWait).Truncate(time.Second); bound.Before(at) {
+			at = bound
+			if soonest := ceil(now); at.Before(soonest) {
+				at = soonest
+			}
+		}
+	}
+	return at
 }
 
 // scheduledAt reads the fire time of a pending @at schedule message.

@@ -6,10 +6,11 @@
 // live set of definitions (Rules, kept current from jl_agents), rate
 // limits (a token bucket per agent, trigger and key, its state in KV and
 // updated by compare-and-set so every ingest process shares it), debounce
-// (one delayed `@at` schedule message per session on
-// jl.debounce.<agent>.<session>, replaced through Nats-Rollup by each
-// event of a burst, so the server fires once with the latest data and the
-// burst's count), the decision records in JL_AUDIT, and the dead letters
+// (one delayed `@at` schedule message per session, or per debounce key
+// within it, on jl.debounce.<agent>.<session>[.<key-hash>], replaced
+// through Nats-Rollup by each event of a burst, so the server fires once
+// with the latest data and the burst's count, after the quiet window or
+// the max_wait since the burst's first event), the decision records in JL_AUDIT, and the dead letters
 // in JL_DLQ for events whose rules failed to evaluate.
 //
 // It sits in the ingest pipeline after dedupe and before the publish of

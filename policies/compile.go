@@ -65,7 +65,10 @@ type CompiledTrigger struct {
 	Session *Expr
 	// RateKey is the rate limit key; nil without a rate limit.
 	RateKey *Expr
-	prompt  *template.Template
+	// DebounceKey names a trigger's burst within the session; nil when
+	// the session has one burst.
+	DebounceKey *Expr
+	prompt      *template.Template
 }
 
 // CompiledApproval is an approval gate with its condition compiled.
@@ -400,8 +403,16 @@ func compile(d Definition, c *checker) *Compiled {
 				c.addf(f+".rate.burst", "%d: want 0 (default: per_minute) to 1000000", r.Burst)
 			}
 		}
-		if db := t.Debounce; db != nil && (db.Window.D() < MinDebounce || db.Window.D() > MaxDebounce) {
-			c.addf(f+".debounce.window", "%s: want %s to %s", db.Window.D(), MinDebounce, MaxDebounce)
+		if db := t.Debounce; db != nil {
+			if db.Window.D() < MinDebounce || db.Window.D() > MaxDebounce {
+				c.addf(f+".debounce.window", "%s: want %s to %s", db.Window.D(), MinDebounce, MaxDebounce)
+			}
+			if w := db.MaxWait.D(); w != 0 && (w < db.Window.D() || w > MaxDebounceWait) {
+				c.addf(f+".debounce.max_wait", "%s: want at least the window (%s) and at most %s", w, db.Window.D(), MaxDebounceWait)
+			}
+			if db.Key != "" {
+				ct.DebounceKey = c.expr(f+".debounce.key", db.Key, stringOverEvent)
+			}
 		}
 		out.Triggers = append(out.Triggers, ct)
 	}

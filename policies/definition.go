@@ -123,9 +123,21 @@ type Rate struct {
 	Burst     int     `yaml:"burst,omitempty" json:"burst,omitempty"`
 }
 
-// Debounce coalesces a burst of events for one session into one.
+// Debounce coalesces a burst of events for one session into one: the
+// session gets the latest event of the burst, with the burst's count,
+// once the burst has been quiet for Window.
 type Debounce struct {
+	// Window is the quiet time after the latest event before the burst
+	// fires.
 	Window Duration `yaml:"window" json:"window"`
+	// MaxWait bounds how long after its first event a burst fires, so a
+	// source that is never quiet for Window still gets through; zero:
+	// no bound.
+	MaxWait Duration `yaml:"max_wait,omitempty" json:"max_wait,omitzero"`
+	// Key is a CEL string expression over `event`: events of one session
+	// with different keys are separate bursts (one per pull request of a
+	// repository's session, say). Empty: one burst per session.
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
 }
 
 // Schedule fires ticks for the agent.

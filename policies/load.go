@@ -26,6 +26,8 @@ const (
 	// server fires delayed messages at whole seconds.
 	MinDebounce = time.Second
 	MaxDebounce = time.Hour
+	// MaxDebounceWait bounds a debounce's max_wait.
+	MaxDebounceWait = 24 * time.Hour
 )
 
 // Parse reads one agent definition from YAML, validates it, compiles its

@@ -58,6 +58,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "rate without key", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    rate: {per_minute: 3}\n", line: 6, field: "triggers[0].rate.key", msgContain: "required"},
 		{name: "rate zero", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    rate: {key: event.source, per_minute: 0}\n", field: "triggers[0].rate.per_minute", msgContain: "more than 0"},
 		{name: "debounce too short", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10ms}\n", field: "triggers[0].debounce.window", msgContain: "want 1s"},
+		{name: "debounce max_wait under the window", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10s, max_wait: 5s}\n", field: "triggers[0].debounce.max_wait", msgContain: "at least the window"},
+		{name: "debounce key not a string", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10s, key: 1 + 2}\n", field: "triggers[0].debounce.key", msgContain: "want string"},
 		{name: "duplicate trigger", yaml: head + "triggers:\n  - {name: t, when: 'true'}\n  - {name: t, when: 'true'}\n", field: "triggers[1].name", msgContain: "twice"},
 		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "template"},
 		{name: "bad overlap", yaml: head + "schedules:\n  - {name: s, cron: '@hourly', overlap: pile}\n", field: "schedules[0].overlap", msgContain: "skip"},

@@ -143,6 +143,9 @@ type EventRef struct {
 	Type   string `json:"type"`
 	// Seq is the input's sequence in JL_IN (or JL_CTL for control).
 	Seq uint64 `json:"seq"`
+	// Count is, for a debounced burst, how many events it coalesced
+	// (the entry holds the latest); 0 for a single event.
+	Count int `json:"count,omitempty"`
 }
 
 // StepKind is the kind of a step.

@@ -40,10 +40,16 @@ type Tick struct {
 }
 
 // IsTick reports whether m was fired by a schedule (or routed from one).
+// A message a delayed (@at) schedule message fired, such as a debounced
+// burst, is not a tick: the server marks it with a next slot of "purge",
+// as it fires once.
 func IsTick(m *nats.Msg) bool {
 	s, n := tickHeaders(m)
-	return s != "" && n != ""
+	return s != "" && n != "" && n != nextPurge
 }
+
+// nextPurge is HeaderNext on a message a non-repeating schedule fired.
+const nextPurge = "purge"
 
 // tickHeaders returns the schedule subject and the next slot of a tick.
 func tickHeaders(m *nats.Msg) (scheduler, next string) {

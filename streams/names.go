@@ -175,7 +175,14 @@ func (n Names) SchedAll() string { return n.p() + ".sched.>" }
 // jl.debounce.<agent>.<session>.
 func (n Names) Debounce(r SessionRef) string { return n.p() + ".debounce." + r.Key() }
 
-// DebounceAll matches every subject of Debounce.
+// DebounceKey is the subject holding a session's pending debounced event
+// for one debounce key: jl.debounce.<agent>.<session>.<key-hash>.
+func (n Names) DebounceKey(r SessionRef, key string) string {
+	h := sha256.Sum256([]byte(key))
+	return n.Debounce(r) + "." + hex.EncodeToString(h[:16])
+}
+
+// DebounceAll matches every subject of Debounce and DebounceKey.
 func (n Names) DebounceAll() string { return n.p() + ".debounce.>" }
 
 // Subjects of JL_CTL.

@@ -62,6 +62,11 @@ func (s *session) input(ctx context.Context, in *input) error {
 	e.Name = ev.Type()
 	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
 	e.Text = eventText(ev.Type(), ev.DataContentType(), ev.Source(), ev.Subject(), ev.Data())
+	if n := extInt(ev.Extensions()[admission.ExtCount]); n > 1 {
+		// A debounced burst fired: the data is its latest event's.
+		e.Event.Count = n
+		e.Text = fmt.Sprintf("The latest of a burst of %d events:\n%s", n, e.Text)
+	}
 	// The admitting trigger's prompt template, rendered at ingest, leads
 	// the turn's message; the event follows it.
 	if p, perr := admission.Prompt(ev); perr != nil {

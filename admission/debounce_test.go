@@ -1,0 +1,143 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// fired collects the debounced events the server fires on a session's
+// subject.
+func fired(t *testing.T, e env, ref streams.SessionRef) <-chan map[string]any {
+	t.Helper()
+	out := make(chan map[string]any, 100)
+	c, err := e.js.OrderedConsumer(context.Background(), e.names.StreamIn(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.names.In(ref)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		ev, err := events.FromMsg(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
+		if err != nil {
+			t.Errorf("fired message is not an event: %v", err)
+			return
+		}
+		n, _ := strconv.Atoi(fmt.Sprint(ev.Extensions()[admission.ExtCount]))
+		out <- map[string]any{"id": ev.ID(), "data": string(ev.Data()), "count": n}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
+	return out
+}
+
+func recv(t *testing.T, ch <-chan map[string]any, within time.Duration) map[string]any {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("nothing fired within %s", within)
+		return nil
+	}
+}
+
+// A source that is never quiet for the window still gets through: with
+// max_wait, a burst fires at most that long after its first event, and
+// the next events start a new burst. Every event is counted in exactly
+// one fired burst.
+func TestDebounceMaxWaitFiresANeverQuietBurst(t *testing.T) {
+	e := setup(t)
+	def := compile(t, `name: deb
+model: {provider: scripted}
+triggers:
+  - name: push
+    when: event.type == "com.github.push"
+    session: "'main'"
+    debounce: {window: 2s, max_wait: 3s}
+`)
+	a := newAdmitter(t, e, nil, def)
+	ref, _ := streams.NewSessionRef("deb", "main")
+	got := fired(t, e, ref)
+	ctx := context.Background()
+	const events = 14
+	firstFire := 0
+	for i := 1; i <= events; i++ {
+		ev := ghEvent(fmt.Sprint("m", i), "com.github.push", fmt.Sprintf(`{"n": %d}`, i))
+		ds, err := a.Decide(ctx, ev)
+		if err != nil || len(ds) != 1 || ds[0].Outcome != admission.Debounced {
+			t.Fatalf("event %d: %+v %v", i, ds, err)
+		}
+		if _, err := a.Debounce(ctx, ev, ds[0]); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if firstFire == 0 && len(got) > 0 {
+			firstFire = i
+		}
+		time.Sleep(500 * time.Millisecond) // the source's pace, quieter than the window never
+	}
+	if firstFire == 0 {
+		t.Fatalf("no burst fired while %d events came 500 ms apart with max_wait 3s", events)
+	}
+	total := 0
+	for total < events {
+		v := recv(t, got, 15*time.Second)
+		total += v["count"].(int)
+	}
+	if total != events {
+		t.Fatalf("bursts counted %d events, want %d", total, events)
+	}
+	select {
+	case v := <-got:
+		t.Fatalf("another burst fired: %v", v)
+	case <-time.After(3 * time.Second):
+	}
+}
+
+// With a key, one session holds a burst per key: each fires once with its
+// own latest event and count.
+func TestDebounceKeySeparatesBursts(t *testing.T) {
+	e := setup(t)
+	def := compile(t, `name: deb
+model: {provider: scripted}
+triggers:
+  - name: comment
+    when: event.type == "com.github.issue_comment.created"
+    session: "'repo'"
+    debounce: {window: 1s, key: string(event.data.issue)}
+`)
+	a := newAdmitter(t, e, nil, def)
+	ref, _ := streams.NewSessionRef("deb", "repo")
+	got := fired(t, e, ref)
+	ctx := context.Background()
+	for i, issue := range []int{1, 2, 1, 2, 1} {
+		ev := ghEvent(fmt.Sprint("k", i), "com.github.issue_comment.created", fmt.Sprintf(`{"issue": %d, "n": %d}`, issue, i))
+		ds, err := a.Decide(ctx, ev)
+		if err != nil || len(ds) != 1 || ds[0].Outcome != admission.Debounced || ds[0].DebounceKey != fmt.Sprint(issue) {
+			t.Fatalf("event %d: %+v %v", i, ds, err)
+		}
+		if _, err := a.Debounce(ctx, ev, ds[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bursts := map[string]map[string]any{}
+	for range 2 {
+		v := recv(t, got, 15*time.Second)
+		bursts[v["id"].(string)] = v
+	}
+	if b := bursts["k4"]; b == nil || b["count"] != 3 || b["data"] != `{"issue": 1, "n": 4}` {
+		t.Errorf("burst of issue 1: %v", bursts)
+	}
+	if b := bursts["k3"]; b == nil || b["count"] != 2 {
+		t.Errorf("burst of issue 2: %v", bursts)
+	}
+}
