@@ -104,6 +104,21 @@ func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, e
 		}
 		defs = append(defs, c)
 	}
+	// Record what each MCP server offers of the tools a definition admits:
+	// the model is shown what was reviewed here, and nothing else.
+	for i, c := range defs {
+		if len(c.Definition.MCPServers) == 0 || len(problems) > 0 {
+			continue
+		}
+		if err := s.cfg.Catalogs.Admit(ctx, c, req.Files[i].Name); err != nil {
+			for _, p := range policies.Errors(err) {
+				problems = append(problems, p.Error())
+			}
+			if len(policies.Errors(err)) == 0 {
+				problems = append(problems, err.Error())
+			}
+		}
+	}
 	if len(problems) > 0 {
 		return ApplyResponse{}, &Error{Code: http.StatusBadRequest,
 			Message:  fmt.Sprintf("apply refused: %d problem(s); nothing was stored", len(problems)),

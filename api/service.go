@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Name is the micro service's name, as `nats micro ls` shows it.
@@ -50,6 +51,17 @@ type Config struct {
 	MaxResponse int
 	Log         *slog.Logger
 	Metrics     *Metrics
+	// Catalogs records, at apply, what a definition's MCP servers offer
+	// (their admitted tools' descriptions and schemas); default an
+	// mcp.Pool with default options, which connects to each server from
+	// this process.
+	Catalogs CatalogAdmitter
+}
+
+// CatalogAdmitter records the catalogs of a definition's MCP servers in
+// it before it is stored; mcp.Pool implements it.
+type CatalogAdmitter interface {
+	Admit(ctx context.Context, c *policies.Compiled, file string) error
 }
 
 func (c *Config) setDefaults(nc *nats.Conn) {
@@ -64,6 +76,11 @@ func (c *Config) setDefaults(nc *nats.Conn) {
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
+	}
+	if c.Catalogs == nil {
+		if p, err := mcp.NewPool(mcp.Options{Logger: c.Log}); err == nil {
+			c.Catalogs = p
+		}
 	}
 }
 

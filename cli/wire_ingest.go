@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Files under `jetloop dev`'s --data folder holding the secrets it
@@ -236,6 +238,9 @@ func runApply(ctx context.Context, env *Env, args []string) error {
 		}
 		return fmt.Errorf("refused: %d problem(s); nothing was stored", len(policies.Errors(errors.Join(errs...))))
 	}
+	if err := admitCatalogs(ctx, env, defs, fs.Args()); err != nil {
+		return err
+	}
 	for _, c := range defs {
 		for _, w := range api.KeyWarnings(c.Definition, env.Getenv) {
 			fmt.Fprintln(env.Stderr, "warning: "+w)
@@ -261,8 +266,43 @@ func runApply(ctx context.Context, env *Env, args []string) error {
 			note = " (unchanged)"
 		}
 		fmt.Fprintf(env.Stdout, "%s version %d%s\n", c.Definition.Name, v, note)
+		for _, s := range c.Definition.MCPServers {
+			fmt.Fprintf(env.Stdout, "  mcp server %s: admitted %s\n", s.Name, strings.Join(s.Tools, ", "))
+		}
 	}
 	return nil
+}
+
+// admitCatalogs records, from this process, what each definition's MCP
+// servers offer of the tools it admits (mcp.Pool.Admit); a problem refuses
+// the whole apply.
+func admitCatalogs(ctx context.Context, env *Env, defs []*policies.Compiled, files []string) error {
+	var pool *mcp.Pool
+	var errs []error
+	for i, c := range defs {
+		if len(c.Definition.MCPServers) == 0 {
+			continue
+		}
+		if pool == nil {
+			p, err := mcp.NewPool(mcp.Options{Getenv: env.Getenv, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			pool = p
+		}
+		if err := pool.Admit(ctx, c, files[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	problems := policies.Errors(errors.Join(errs...))
+	for _, e := range problems {
+		fmt.Fprintln(env.Stderr, e)
+	}
+	return fmt.Errorf("refused: %d problem(s); nothing was stored", len(problems))
 }
 
 func dialNames(ctx context.Context, env *Env, sf serverFlags, verb string) (*Runtime, func(), error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/tools/mcp"
 	"github.com/jetloop/jetloop/worker"
 )
 
@@ -86,6 +87,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log))
 		},
 		Tools:    worker.RegistryTools(registry),
+		MCP:      mcp.Options{Getenv: getenv, Metrics: reg},
 		WorkDir:  workDir,
 		LeaseTTL: leaseTTL,
 		AckWait:  ackWait,

@@ -101,6 +101,7 @@ func (a *Anthropic) Complete(ctx context.Context, req Request) (resp Response, e
 	if err != nil {
 		return Response{}, &Error{Provider: ProviderAnthropic, StatusCode: http.StatusOK, Kind: ErrBadResponse, Message: err.Error()}
 	}
+	resp.nameTools(newWireNames(req.Tools))
 	resp.Usage.CostUSD = a.opts.cost(resp.Model, resp.Usage)
 	return resp, nil
 }
@@ -168,7 +169,7 @@ func (a *Anthropic) encode(req Request) ([]byte, error) {
 		w.Temperature = a.spec.Temperature
 	}
 	for _, t := range req.Tools {
-		w.Tools = append(w.Tools, anthropicTool{Name: t.Name, Description: t.Description, InputSchema: schemaOrObject(t.Schema)})
+		w.Tools = append(w.Tools, anthropicTool{Name: WireName(t.Name), Description: t.Description, InputSchema: schemaOrObject(t.Schema)})
 	}
 	for i, m := range req.Messages {
 		var role string
@@ -189,7 +190,7 @@ func (a *Anthropic) encode(req Request) ([]byte, error) {
 				if err != nil {
 					return nil, &Error{Provider: ProviderAnthropic, Kind: ErrBadRequest, Message: fmt.Sprintf("messages[%d].tool_calls[%d] (%s): %v", i, j, c.Name, err)}
 				}
-				blocks = append(blocks, anthropicBlock{Type: "tool_use", ID: c.ID, Name: c.Name, Input: args})
+				blocks = append(blocks, anthropicBlock{Type: "tool_use", ID: c.ID, Name: WireName(c.Name), Input: args})
 			}
 		case RoleTool:
 			role = "user"

@@ -133,6 +133,7 @@ func (p *OpenAI) Complete(ctx context.Context, req Request) (resp Response, err 
 	if err != nil {
 		return Response{}, &Error{Provider: ProviderOpenAI, StatusCode: http.StatusOK, Kind: ErrBadResponse, Message: err.Error()}
 	}
+	resp.nameTools(newWireNames(req.Tools))
 	if resp.Model == "" {
 		resp.Model = p.modelName(req)
 	}
@@ -225,7 +226,7 @@ func (p *OpenAI) encode(req Request) ([]byte, error) {
 	for _, t := range req.Tools {
 		var ot openAITool
 		ot.Type = "function"
-		ot.Function.Name = t.Name
+		ot.Function.Name = WireName(t.Name)
 		ot.Function.Description = t.Description
 		ot.Function.Parameters = schemaOrObject(t.Schema)
 		w.Tools = append(w.Tools, ot)
@@ -246,7 +247,7 @@ func (p *OpenAI) encode(req Request) ([]byte, error) {
 				}
 				var tc openAIToolCall
 				tc.ID, tc.Type = c.ID, "function"
-				tc.Function.Name, tc.Function.Arguments = c.Name, string(args)
+				tc.Function.Name, tc.Function.Arguments = WireName(c.Name), string(args)
 				om.ToolCalls = append(om.ToolCalls, tc)
 			}
 			w.Messages = append(w.Messages, om)

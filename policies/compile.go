@@ -248,6 +248,10 @@ func Check(d Definition) (*Compiled, error) {
 // checkRuntime refuses what this runtime cannot do for d.
 func checkRuntime(c *checker, d Definition) {
 	for i, t := range d.Tools {
+		if strings.Contains(t, ".") {
+			// A mounted MCP tool: known when mcp_servers admits it (checkMCP).
+			continue
+		}
 		if strings.TrimSpace(t) != "" && !slices.Contains(knownTools(), t) {
 			c.addf(fmt.Sprintf("tools[%d]", i), "unknown tool %q: the tools are %s", t, strings.Join(knownTools(), ", "))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Defaults of Config.
@@ -112,8 +113,14 @@ type Config struct {
 	Definitions Definitions
 	// Models builds a definition's model; default ScriptedOnly.
 	Models ModelFactory
-	// Tools are the tools definitions may name; nil: none.
+	// Tools are the tools definitions may name; nil: none. When it is a
+	// Mounter (RegistryTools), MCP servers' tools are called through it
+	// too.
 	Tools Tools
+	// MCP configures the connections to the MCP servers definitions
+	// declare (mcp_servers), one per session and server, closed when the
+	// session rests.
+	MCP mcp.Options
 	// Agents fixes the agents this worker serves; empty: every agent in
 	// jl_agents, as they come and go.
 	Agents []string
@@ -217,6 +224,9 @@ func (c Config) Validate() error {
 func RegistryTools(r *tools.Registry) Tools { return registryTools{r} }
 
 type registryTools struct{ r *tools.Registry }
+
+// Mount wraps a tool the registry does not hold with its rules.
+func (rt registryTools) Mount(t tools.Tool) (tools.Tool, error) { return rt.r.Mount(t) }
 
 func (rt registryTools) Get(name string) (tools.Tool, bool) {
 	t, err := rt.r.Get(name)

@@ -10,6 +10,7 @@ import (
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/tools"
 )
 
 // maxEventText bounds the text an event contributes to the context.
@@ -21,15 +22,15 @@ const maxEventText = 64 << 10
 // their results follow the results). System entries are the runtime's
 // notes, not context; of the control entries only steer and resume texts
 // are.
-func buildRequest(def *policies.Definition, ts Tools, entries []record.Entry) model.Request {
+func buildRequest(def *policies.Definition, toolOf func(*policies.Definition, string) (tools.Tool, bool), entries []record.Entry) model.Request {
 	req := model.Request{
 		Model:       def.Model.Name,
 		System:      def.System,
 		MaxTokens:   def.Model.MaxTokens,
 		Temperature: def.Model.Temperature,
 	}
-	for _, name := range def.Tools {
-		if t, ok := ts.Get(name); ok {
+	for _, name := range def.ToolNames() {
+		if t, ok := toolOf(def, name); ok {
 			sp := t.Spec()
 			req.Tools = append(req.Tools, model.ToolSpec{Name: sp.Name, Description: sp.Description, Schema: sp.Schema})
 		}

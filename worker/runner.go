@@ -185,6 +185,10 @@ func (r *runner) run(ctx context.Context) {
 	defer r.w.m.active.Dec()
 	for {
 		err := r.session(ctx)
+		// The session rests (or runs elsewhere): it holds no MCP
+		// connection. Closed while the runner is still the session's in
+		// this worker, so no new run's connection is closed with it.
+		r.w.closeMCP(r.ref.Agent, r.ref.Session)
 		r.w.mu.Lock()
 		r.mu.Lock()
 		more := len(r.held) > 0

@@ -62,7 +62,7 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
 	log := s.log.With("turn", in.Turn, "step", in.Step)
 
-	req := buildRequest(s.def, s.w.cfg.Tools, s.log_)
+	req := buildRequest(s.def, s.w.toolOf, s.log_)
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(mctx, req)
 	abort := aborted(mctx)

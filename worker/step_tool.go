@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -65,7 +66,7 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 			return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
 		}
 		if !found {
-			return s.settleResult(ctx, call, s.st.Steps+1, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.Tools, ", ")), true, "")
+			return s.settleResult(ctx, call, s.st.Steps+1, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.ToolNames(), ", ")), true, "")
 		}
 		if gate, need, note := s.gate(ctx, call, spec.ReplaySafe); need {
 			return s.blockForApproval(ctx, call, gate, note)
@@ -219,23 +220,28 @@ func (s *session) block(ctx context.Context, call record.CallRef, step uint64, q
 	return s.commit(ctx, []record.Entry{e}, next)
 }
 
-// lookup finds a tool the definition allows.
+// lookup finds a tool the definition allows: one of its tools, or an MCP
+// tool one of its mcp_servers admits ("server.tool").
 func (s *session) lookup(name string) (tool toolsTool, spec toolsSpec, ok bool) {
-	allowed := false
-	for _, n := range s.def.Tools {
-		if n == name {
-			allowed = true
-			break
-		}
-	}
-	if !allowed {
-		return nil, toolsSpec{}, false
-	}
-	t, ok := s.w.cfg.Tools.Get(name)
+	t, ok := s.w.toolOf(s.def, name)
 	if !ok {
 		return nil, toolsSpec{}, false
 	}
 	return t, t.Spec(), true
+}
+
+// toolOf finds a tool def allows by name.
+func (w *Worker) toolOf(def *policies.Definition, name string) (tools.Tool, bool) {
+	if _, _, isMCP := def.MCPTool(name); isMCP {
+		t, ok := w.mcpTools(def)[name]
+		return t, ok
+	}
+	for _, n := range def.Tools {
+		if n == name {
+			return w.cfg.Tools.Get(name)
+		}
+	}
+	return nil, false
 }
 
 // args returns the arguments of a call from its tool_call entry.

@@ -18,6 +18,8 @@ import (
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Worker runs the sessions of every agent it serves. Create it with New
@@ -41,8 +43,12 @@ type Worker struct {
 	runners map[string]*runner // by session key
 	wg      sync.WaitGroup     // runners
 
+	// mcp holds the sessions' MCP connections.
+	mcp *mcp.Pool
+
 	modelsMu sync.Mutex
 	models   map[string]model.Model        // by agent@version
+	mcpSets  map[string]map[string]tools.Tool // MCP tools by agent@version
 	rules    map[string]*policies.Compiled // by agent@version
 }
 
@@ -59,9 +65,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		m:       cfg.Metrics,
 		runners: make(map[string]*runner),
 		models:  make(map[string]model.Model),
+		mcpSets: make(map[string]map[string]tools.Tool),
 		rules:   make(map[string]*policies.Compiled),
 	}
 	var err error
+	if err := w.newMCP(); err != nil {
+		return nil, err
+	}
 	if w.store, err = record.Open(ctx, js, cfg.Names); err != nil {
 		return nil, err
 	}
@@ -98,6 +108,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		err = w.serveDiscovered(ctx)
 	}
 	w.wg.Wait()
+	w.mcp.Close()
 	w.log.Info("worker stopped")
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil

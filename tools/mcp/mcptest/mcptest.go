@@ -48,6 +48,9 @@ type Options struct {
 	EchoDescription string
 	// Record receives every event, on the server's goroutines.
 	Record func(Event)
+	// SlowGate, when set, holds every slow call until it is closed (or the
+	// call is cancelled), whatever its seconds.
+	SlowGate <-chan struct{}
 }
 
 // DefaultEchoDescription is echo's description unless Options says otherwise.
@@ -87,8 +90,15 @@ func NewServer(o Options) *sdk.Server {
 		}
 		t := time.NewTimer(d)
 		defer t.Stop()
+		timer := t.C
+		if o.SlowGate != nil {
+			timer = nil
+		}
 		select {
-		case <-t.C:
+		case <-o.SlowGate:
+			rec(Event{Kind: "done", Tool: "slow"})
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "done"}}}, nil, nil
+		case <-timer:
 			rec(Event{Kind: "done", Tool: "slow"})
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "done"}}}, nil, nil
 		case <-ctx.Done():
