@@ -47,9 +47,9 @@ type Worker struct {
 	mcp *mcp.Pool
 
 	modelsMu sync.Mutex
-	models   map[string]model.Model        // by agent@version
+	models   map[string]model.Model           // by agent@version
 	mcpSets  map[string]map[string]tools.Tool // MCP tools by agent@version
-	rules    map[string]*policies.Compiled // by agent@version
+	rules    map[string]*policies.Compiled    // by agent@version
 }
 
 // New checks cfg and opens the buckets and streams the worker uses; they
