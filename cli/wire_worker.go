@@ -47,7 +47,8 @@ func workerCommands() []command {
 // JETLOOP_ACK_WAIT (durations; every worker of a deployment must agree on
 // the latter).
 func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, error) {
-	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
+	log := rt.Log.With("component", "worker", "worker", id)
+	store, err := policies.NewStore(ctx, rt.JS, rt.Names, policies.WithLogger(log))
 	if err != nil {
 		return Component{}, err
 	}
@@ -55,7 +56,6 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, fmt.Errorf("open object store %s: %w", rt.Names.ObjectBlobs(), err)
 	}
-	log := rt.Log.With("component", "worker", "worker", id)
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
 		workerTools(rt, blobs)...)
@@ -122,20 +122,12 @@ func envDuration(getenv func(string) string, name string) (time.Duration, error)
 	return d, nil
 }
 
-// storeDefinitions serves the worker from jl_agents.
-type storeDefinitions struct{ s *policies.Store }
+// storeDefinitions serves the worker from jl_agents: versions, rollouts
+// and the rollout guard's counts.
+type storeDefinitions struct{ *policies.Store }
 
-// The worker pins sessions by jl_agents revision (its Version).
 func (d storeDefinitions) Get(ctx context.Context, agent string) (policies.Definition, error) {
-	def, err := d.s.Get(ctx, agent)
-	def.Version = def.Revision
-	return def, notFound(err)
-}
-
-func (d storeDefinitions) GetVersion(ctx context.Context, agent string, rev uint64) (policies.Definition, error) {
-	rec, err := d.s.GetRevision(ctx, agent, rev)
-	def := rec.Definition
-	def.Version = def.Revision
+	def, err := d.Store.Get(ctx, agent)
 	return def, notFound(err)
 }
 

@@ -148,3 +148,25 @@ func (s *Store) compiledAt(ctx context.Context, key string, rev uint64) (*Compil
 	}
 	return s.numbered(ctx, key, c, rec)
 }
+
+// Pinned returns exactly the version a session recorded, for a run that
+// goes on where another worker left it: a run never changes version
+// mid-way. Only when the bucket's history no longer holds it (or nothing
+// was recorded) does it resolve as Resolve does, with Moved saying so.
+func (s *Store) Pinned(ctx context.Context, agent, session string, p Pinned) (Resolution, error) {
+	if p.Revision == 0 {
+		return s.Resolve(ctx, agent, session, p)
+	}
+	key, err := s.names.AgentKey(agent)
+	if err != nil {
+		return Resolution{}, fmt.Errorf("policies: %q revision %d: %w", agent, p.Revision, err)
+	}
+	c, rec, err := s.compiledAt(ctx, key, p.Revision)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalid) {
+		return s.Resolve(ctx, agent, session, p)
+	}
+	if err != nil {
+		return Resolution{}, fmt.Errorf("policies: %q: %w", agent, err)
+	}
+	return Resolution{Compiled: c, Pinned: Pinned{Version: rec.Version, Revision: rec.Revision, Rollout: p.Rollout}}, nil
+}

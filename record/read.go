@@ -35,11 +35,16 @@ type Summary struct {
 	RunCostUSD float64 `json:"run_cost_usd"`
 	// WaitingFor is set for blocked sessions: the question, or the call id
 	// of the approval they wait for.
-	WaitingFor        string    `json:"waiting_for,omitempty"`
-	Reason            string    `json:"reason,omitempty"`
-	DefinitionVersion uint64    `json:"definition_version"`
-	Updated           time.Time `json:"updated"`
-	Owner             string    `json:"owner,omitempty"`
+	WaitingFor string `json:"waiting_for,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	// DefinitionVersion is the agent's version the session runs;
+	// DefinitionRevision the jl_agents revision it was read from, and
+	// Rollout the rollout whose canary it is (see State.Program).
+	DefinitionVersion  uint64    `json:"definition_version"`
+	DefinitionRevision uint64    `json:"definition_revision,omitempty"`
+	Rollout            string    `json:"rollout,omitempty"`
+	Updated            time.Time `json:"updated"`
+	Owner              string    `json:"owner,omitempty"`
 	// Parent is the session this one was forked from.
 	Parent string `json:"parent,omitempty"`
 }
@@ -50,6 +55,7 @@ func summarise(st State) Summary {
 		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
 		RunTurns: st.RunTurns, RunTokens: st.RunUsage.Tokens(), RunCostUSD: st.RunUsage.CostUSD,
 		WaitingFor: st.WaitingFor, Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
+		DefinitionRevision: st.DefinitionRevision, Rollout: st.Rollout,
 		Updated: st.Updated, Owner: st.Owner, Parent: st.Parent,
 	}
 }
@@ -84,8 +90,8 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names) ([]S
 				})
 				return out, nil
 			}
-			var st State
-			if err := json.Unmarshal(e.Value(), &st); err != nil {
+			st, err := DecodeState(e.Value())
+			if err != nil {
 				return nil, fmt.Errorf("record: decode %s: %w", e.Key(), err)
 			}
 			if len(out) >= MaxList {
@@ -131,13 +137,16 @@ type Budget struct {
 // Transcript is one session as `jetloop show --json` prints it: a
 // contract, fields may be added, never renamed.
 type Transcript struct {
-	Agent             string    `json:"agent"`
-	Session           string    `json:"session"`
-	Status            Status    `json:"status"`
-	Since             time.Time `json:"since"`
-	Reason            string    `json:"reason,omitempty"`
-	WaitingFor        string    `json:"waiting_for,omitempty"`
-	DefinitionVersion uint64    `json:"definition_version"`
+	Agent      string    `json:"agent"`
+	Session    string    `json:"session"`
+	Status     Status    `json:"status"`
+	Since      time.Time `json:"since"`
+	Reason     string    `json:"reason,omitempty"`
+	WaitingFor string    `json:"waiting_for,omitempty"`
+	// DefinitionVersion, DefinitionRevision and Rollout are as in Summary.
+	DefinitionVersion  uint64 `json:"definition_version"`
+	DefinitionRevision uint64 `json:"definition_revision,omitempty"`
+	Rollout            string `json:"rollout,omitempty"`
 	// Parent is the session this one was forked from (same agent), and
 	// ForkTurn the last turn copied from it.
 	Parent   string `json:"parent,omitempty"`
@@ -178,6 +187,7 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	return Transcript{
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Reason: st.Reason, WaitingFor: st.WaitingFor, DefinitionVersion: st.DefinitionVersion,
+		DefinitionRevision: st.DefinitionRevision, Rollout: st.Rollout,
 		Parent: st.Parent, ForkTurn: st.ForkTurn, Steers: st.Steers,
 		Budget: Budget{Limits: st.Limits, Usage: Usage{
 			Turns: st.Turns, InputTokens: st.Usage.InputTokens, OutputTokens: st.Usage.OutputTokens,
@@ -244,8 +254,8 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 			}
 			var err error
 			if e.Key() == stateKey {
-				var st State
-				if err := json.Unmarshal(e.Value(), &st); err != nil {
+				st, err := DecodeState(e.Value())
+				if err != nil {
 					return fmt.Errorf("record: decode %s: %w", e.Key(), err)
 				}
 				limit = st.NextEntry

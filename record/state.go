@@ -247,10 +247,40 @@ type Standing struct {
 
 // Program is the definition a session runs.
 type Program struct {
-	// DefinitionVersion is the agent definition version the session runs.
+	// DefinitionVersion is the agent's version number (1, 2, 3 …) the
+	// session runs.
 	DefinitionVersion uint64 `json:"definition_version"`
+	// DefinitionRevision is the jl_agents revision that version was read
+	// from. A state written before versions were numbered per agent has
+	// none; its definition_version is that revision, and DecodeState
+	// moves it here (the version number is then unknown, 0, until the
+	// session's next run records it).
+	DefinitionRevision uint64 `json:"definition_revision"`
+	// Rollout is the rollout that put the session on its canary version;
+	// empty when the session is not on a canary.
+	Rollout string `json:"rollout,omitempty"`
 	// Limits are the budget of that definition.
 	Limits policies.Budget `json:"limits,omitzero"`
+}
+
+// DecodeState reads a stored state. A state written before versions were
+// numbered per agent (no definition_revision) named its definition by
+// jl_agents revision in definition_version: that moves to
+// DefinitionRevision, and DefinitionVersion becomes 0 (unknown).
+func DecodeState(b []byte) (State, error) {
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return State{}, err
+	}
+	if st.DefinitionRevision == 0 && st.DefinitionVersion != 0 {
+		var probe struct {
+			Revision *uint64 `json:"definition_revision"`
+		}
+		if !bytes.Contains(b, []byte(`"definition_revision"`)) || json.Unmarshal(b, &probe) == nil && probe.Revision == nil {
+			st.DefinitionRevision, st.DefinitionVersion = st.DefinitionVersion, 0
+		}
+	}
+	return st, nil
 }
 
 // Account is what a session has consumed, over its life and in its
@@ -268,6 +298,10 @@ type Account struct {
 	// persistent session gets a fresh budget with every run.
 	RunTurns int         `json:"run_turns"`
 	RunUsage model.Usage `json:"run_usage"`
+	// RunToolErrors counts the error results of the current (or last)
+	// run's tool calls: a run with any counts as failed for its version's
+	// rollout guard.
+	RunToolErrors int `json:"run_tool_errors,omitempty"`
 	// UnknownUsage counts model calls interrupted before settlement: they
 	// may have been billed, their usage is unknown.
 	UnknownUsage int `json:"unknown_usage_calls,omitempty"`

@@ -62,3 +62,37 @@ func TestEntryJSONAlwaysHasItsKindsFields(t *testing.T) {
 		})
 	}
 }
+
+// A state written before versions were numbered per agent named its
+// definition by jl_agents revision in definition_version; decoding moves
+// it to definition_revision, and a state written since keeps both.
+func TestDecodeStateMovesARevisionOutOfDefinitionVersion(t *testing.T) {
+	tests := []struct {
+		name          string
+		json          string
+		version, rev  uint64
+		rollout, text string
+	}{
+		{name: "before numbering", json: `{"agent":"a","session":"s","definition_version":17}`, rev: 17},
+		{name: "numbered", json: `{"agent":"a","session":"s","definition_version":3,"definition_revision":17,"rollout":"r1"}`, version: 3, rev: 17, rollout: "r1"},
+		{name: "not run yet", json: `{"agent":"a","session":"s","definition_version":0,"definition_revision":0}`},
+		{name: "numbered without a revision", json: `{"agent":"a","session":"s","definition_version":2,"definition_revision":0}`, version: 2},
+		{name: "the key's name in a text", json: `{"agent":"a","session":"s","definition_version":17,"reason":"\"definition_revision\""}`, rev: 17, text: `"definition_revision"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := record.DecodeState([]byte(tt.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.DefinitionVersion != tt.version || st.DefinitionRevision != tt.rev || st.Rollout != tt.rollout || st.Reason != tt.text {
+				t.Fatalf("decoded version %d revision %d rollout %q reason %q", st.DefinitionVersion, st.DefinitionRevision, st.Rollout, st.Reason)
+			}
+			b, _ := json.Marshal(st)
+			again, err := record.DecodeState(b)
+			if err != nil || again.Program != st.Program {
+				t.Fatalf("written and read again: %+v (%v), want %+v", again.Program, err, st.Program)
+			}
+		})
+	}
+}

@@ -96,8 +96,8 @@ func (s *Store) Load(ctx context.Context, ref streams.SessionRef) (State, uint64
 	if err != nil {
 		return State{}, 0, fmt.Errorf("record: read state of %s: %w", ref, err)
 	}
-	var st State
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
+	st, err := DecodeState(e.Value())
+	if err != nil {
 		return State{}, 0, fmt.Errorf("record: decode state of %s (revision %d): %w", ref, e.Revision(), err)
 	}
 	return st, e.Revision(), nil

@@ -33,12 +33,17 @@ type Definitions interface {
 	Get(ctx context.Context, agent string) (policies.Definition, error)
 }
 
-// VersionedDefinitions can also return an earlier version, so a session
-// keeps the version it started with. A Definitions without it runs every
-// session on the latest version.
+// VersionedDefinitions keep sessions on the version they resolved and
+// run canary rollouts (*policies.Store is one): Resolve says which
+// version a session's next run uses (see policies.Store.Resolve), Pinned
+// reads exactly the version a session recorded (for a run taken over
+// mid-way), and RecordRun counts a finished run for the rollout's guard.
+// A Definitions without them runs every run on the latest version.
 type VersionedDefinitions interface {
 	Definitions
-	GetVersion(ctx context.Context, agent string, version uint64) (policies.Definition, error)
+	Resolve(ctx context.Context, agent, session string, cur policies.Pinned) (policies.Resolution, error)
+	Pinned(ctx context.Context, agent, session string, p policies.Pinned) (policies.Resolution, error)
+	RecordRun(ctx context.Context, agent string, version uint64, failed bool) (policies.RunRecorded, error)
 }
 
 // Tools finds a tool by name.

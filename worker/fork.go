@@ -68,7 +68,7 @@ func (s *session) forkState(msg control.Message, seq uint64, child streams.Sessi
 	now := time.Now().UTC()
 	st := record.NewState(child.Agent, child.Session, now)
 	st.Parent, st.ForkTurn, st.ForkSeq = s.r.ref.Session, msg.Turn, seq
-	st.DefinitionVersion, st.Limits = s.st.DefinitionVersion, s.st.Limits
+	st.Program = s.st.Program
 	st.Turns = msg.Turn
 	st.RunStarted = now
 

@@ -81,7 +81,9 @@ func (s *session) input(ctx context.Context, in *input) error {
 		// It joins the context the session resumes with.
 		return s.commit(ctx, []record.Entry{e}, next)
 	}
-	if err := s.resolve(ctx, &next); err != nil {
+	entries := []record.Entry{e}
+	moved, err := s.resolveRun(ctx, &next)
+	if err != nil {
 		if errors.Is(err, errNoDefinition) {
 			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NoDefinition, err.Error()); derr != nil {
 				return derr
@@ -95,9 +97,15 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		return err
 	}
+	if moved != "" {
+		m := s.entry(&next, record.KindSystem)
+		m.Text = "definition: " + moved
+		entries = append(entries, m)
+		s.log.Info("session moves to another definition version", "version", next.DefinitionVersion, "why", moved)
+	}
 	if hops := extInt(ev.Extensions()[events.ExtHops]); next.Limits.MaxHops > 0 && hops > next.Limits.MaxHops {
 		reason := fmt.Sprintf("max_hops %d: event has %d delegation hops", next.Limits.MaxHops, hops)
-		return s.stopBudget(ctx, next, []record.Entry{e}, "max_hops", reason)
+		return s.stopBudget(ctx, next, entries, "max_hops", reason)
 	}
 	if !tick {
 		// The run is not a tick's: the last tick's timeout and result
@@ -105,53 +113,86 @@ func (s *session) input(ctx context.Context, in *input) error {
 		next.Tick = nil
 	}
 	// Budgets are per run.
-	next.RunTurns, next.RunUsage = 0, model.Usage{}
+	next.RunTurns, next.RunUsage, next.RunToolErrors = 0, model.Usage{}, 0
 	next.RunStarted = time.Now().UTC()
 	next.SetStatus(record.StatusWorking, "", next.RunStarted)
-	s.log.Info("run started", "seq", in.seq, "type", ev.Type())
-	return s.commit(ctx, []record.Entry{e}, next)
+	s.log.Info("run started", "seq", in.seq, "type", ev.Type(), "version", next.DefinitionVersion)
+	return s.commit(ctx, entries, next)
 }
 
 var errNoDefinition = errors.New("agent has no definition")
 
-// resolve loads the definition the session runs on and its model.
-func (s *session) resolve(ctx context.Context, next *record.State) error {
-	w := s.w
+// resolveRun loads the definition a run that starts now uses, and its
+// model, and records the version in next: with VersionedDefinitions the
+// session keeps the version it has or moves by the rules of versions and
+// rollouts (moved says why it moved), else the latest.
+func (s *session) resolveRun(ctx context.Context, next *record.State) (moved string, err error) {
 	agent := s.r.ref.Agent
-	var def policies.Definition
-	var err error
-	vd, versioned := w.cfg.Definitions.(VersionedDefinitions)
-	if next.DefinitionVersion != 0 && versioned {
-		def, err = vd.GetVersion(ctx, agent, next.DefinitionVersion)
-		if err == nil && def.ApplyToRunning {
-			def, err = w.cfg.Definitions.Get(ctx, agent)
+	vd, ok := s.w.cfg.Definitions.(VersionedDefinitions)
+	if !ok {
+		def, err := s.w.cfg.Definitions.Get(ctx, agent)
+		if err != nil {
+			return "", definitionError(agent, err)
 		}
-	} else {
-		def, err = w.cfg.Definitions.Get(ctx, agent)
+		return "", s.use(def, policies.Pinned{Version: def.Version, Revision: def.Revision}, next)
 	}
+	res, err := vd.Resolve(ctx, agent, s.r.ref.Session, pinned(*next))
 	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("%w: %s: %w", errNoDefinition, agent, err)
-		}
-		return fmt.Errorf("worker: definition of %s: %w", agent, err)
+		return "", definitionError(agent, err)
 	}
-	m, err := w.modelFor(agent, def.Version, func() (model.Model, error) { return w.cfg.Models(def.Model) })
-	if err != nil {
-		return fmt.Errorf("%w: %s version %d: model: %w", errNoDefinition, agent, def.Version, err)
-	}
-	s.def, s.model = &def, m
-	next.DefinitionVersion = def.Version
-	next.Limits = def.Budget
-	return nil
+	return res.Moved, s.use(res.Compiled.Definition, res.Pinned, next)
 }
 
-// ensure loads the definition for a session taken over mid-run.
+// ensure loads the definition for a session taken over mid-run: exactly
+// the version its run started on.
 func (s *session) ensure(ctx context.Context) error {
 	if s.def != nil {
 		return nil
 	}
+	agent := s.r.ref.Agent
 	next := s.st.Clone()
-	return s.resolve(ctx, &next)
+	vd, ok := s.w.cfg.Definitions.(VersionedDefinitions)
+	if !ok {
+		def, err := s.w.cfg.Definitions.Get(ctx, agent)
+		if err != nil {
+			return definitionError(agent, err)
+		}
+		return s.use(def, policies.Pinned{Version: def.Version, Revision: def.Revision}, &next)
+	}
+	res, err := vd.Pinned(ctx, agent, s.r.ref.Session, pinned(next))
+	if err != nil {
+		return definitionError(agent, err)
+	}
+	if res.Moved != "" {
+		s.log.Warn("run continues on another definition version", "version", res.Pinned.Version, "why", res.Moved)
+	}
+	return s.use(res.Compiled.Definition, res.Pinned, &next)
+}
+
+// use makes def (pinned as p) the session's definition and builds its
+// model.
+func (s *session) use(def policies.Definition, p policies.Pinned, next *record.State) error {
+	agent := s.r.ref.Agent
+	m, err := s.w.modelFor(agent, def.Version, func() (model.Model, error) { return s.w.cfg.Models(def.Model) })
+	if err != nil {
+		return fmt.Errorf("%w: %s version %d: model: %w", errNoDefinition, agent, def.Version, err)
+	}
+	s.def, s.model = &def, m
+	next.DefinitionVersion, next.DefinitionRevision, next.Rollout = p.Version, p.Revision, p.Rollout
+	next.Limits = def.Budget
+	return nil
+}
+
+// pinned is what st records of its definition.
+func pinned(st record.State) policies.Pinned {
+	return policies.Pinned{Version: st.DefinitionVersion, Revision: st.DefinitionRevision, Rollout: st.Rollout}
+}
+
+func definitionError(agent string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, policies.ErrNotFound) {
+		return fmt.Errorf("%w: %s: %w", errNoDefinition, agent, err)
+	}
+	return fmt.Errorf("worker: definition of %s: %w", agent, err)
 }
 
 // next takes the next step of a working session: the next tool call of

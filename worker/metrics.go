@@ -2,13 +2,21 @@ package worker
 
 import (
 	"errors"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// versionWindow is how many of an agent's newest versions get a version
+// label of their own; older ones share "older", so the label's values stay
+// bounded however often an agent is applied.
+const versionWindow = 8
+
 // Metrics are the worker's Prometheus collectors. One Metrics may serve
 // every worker of a process.
 type Metrics struct {
+	runs        *prometheus.CounterVec
 	steps       *prometheus.CounterVec
 	stepSeconds *prometheus.HistogramVec
 	recoveries  *prometheus.CounterVec
@@ -23,21 +31,31 @@ type Metrics struct {
 
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+
+	versionsMu sync.Mutex
+	newest     map[string]uint64          // the newest version seen, by agent
+	labelled   map[string]map[uint64]bool // versions with a label, by agent
 }
 
 // NewMetrics returns unregistered collectors; Register adds them to a
 // registry.
 func NewMetrics() *Metrics {
 	return &Metrics{
+		newest:   map[string]uint64{},
+		labelled: map[string]map[uint64]bool{},
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "runs_total",
+			Help: "Finished runs by agent, definition version (the newest 8 of each agent; \"older\" for the rest) and outcome (ok, tool_error, failed, budget_exceeded).",
+		}, []string{"agent", "version", "outcome"}),
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "steps_total",
-			Help: "Settled steps by kind (model, tool) and outcome (ok, error, synthetic).",
-		}, []string{"kind", "outcome"}),
+			Help: "Settled steps by agent, definition version, kind (model, tool) and outcome (ok, error, synthetic).",
+		}, []string{"agent", "version", "kind", "outcome"}),
 		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "step_seconds",
-			Help:    "Time from a step's intent to its settlement, by kind.",
+			Help:    "Time from a step's intent to its settlement, by agent, definition version and kind.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-		}, []string{"kind"}),
+		}, []string{"agent", "version", "kind"}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "recoveries_total",
 			Help: "Steps found with an intent and no settlement, by kind and action (remade, rerun, synthetic).",
@@ -48,8 +66,8 @@ func NewMetrics() *Metrics {
 		}),
 		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "budget_stops_total",
-			Help: "Runs ended as budget_exceeded, by the limit reached.",
-		}, []string{"limit"}),
+			Help: "Runs ended as budget_exceeded, by agent, definition version and the limit reached.",
+		}, []string{"agent", "version", "limit"}),
 		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "status_changes_total",
 			Help: "Session status changes, by new status.",
@@ -85,7 +103,7 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -94,4 +112,34 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// version is the version label of an agent's version v: its number
+// among the agent's newest versionWindow versions this process has seen,
+// else "older". Series of versions that fall out of the window are
+// removed, so each agent keeps at most versionWindow+1 values.
+func (m *Metrics) version(agent string, v uint64) string {
+	m.versionsMu.Lock()
+	defer m.versionsMu.Unlock()
+	if v > m.newest[agent] {
+		m.newest[agent] = v
+		for old := range m.labelled[agent] {
+			if old+versionWindow <= v {
+				delete(m.labelled[agent], old)
+				l := prometheus.Labels{"agent": agent, "version": strconv.FormatUint(old, 10)}
+				m.runs.DeletePartialMatch(l)
+				m.steps.DeletePartialMatch(l)
+				m.stepSeconds.DeletePartialMatch(l)
+				m.budgetStops.DeletePartialMatch(l)
+			}
+		}
+	}
+	if v+versionWindow <= m.newest[agent] {
+		return "older"
+	}
+	if m.labelled[agent] == nil {
+		m.labelled[agent] = map[uint64]bool{}
+	}
+	m.labelled[agent][v] = true
+	return strconv.FormatUint(v, 10)
 }

@@ -160,6 +160,9 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 	}
 	if prev != next.Status {
 		s.w.announce(ctx, s.r.ref, prev, next)
+		if prev == record.StatusWorking {
+			s.runEnded(ctx, next)
+		}
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
-	s.w.m.stepSeconds.WithLabelValues(string(record.StepModel)).Observe(time.Since(in.Started).Seconds())
+	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepModel))...).Observe(time.Since(in.Started).Seconds())
 	if deadline && s.st.TickExpired(time.Now()) {
 		if _, reason := budget(s.st, record.StepModel, time.Now()); reason == "" {
 			next := s.st.Clone()
@@ -100,7 +100,7 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 	}
 	if err != nil {
 		log.Warn("model call failed", "err", err)
-		s.w.m.steps.WithLabelValues(string(record.StepModel), "error").Inc()
+		s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "error")...).Inc()
 		return s.failStep(ctx, "model call failed: "+err.Error())
 	}
 
@@ -145,7 +145,7 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
-	s.w.m.steps.WithLabelValues(string(record.StepModel), "ok").Inc()
+	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
 	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
 	return nil

@@ -140,7 +140,7 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
-	s.w.m.stepSeconds.WithLabelValues(string(record.StepTool)).Observe(time.Since(in.Started).Seconds())
+	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepTool))...).Observe(time.Since(in.Started).Seconds())
 	if timedOut && res.isErr {
 		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
 	}
@@ -189,6 +189,9 @@ func (s *session) settleResult(ctx context.Context, call record.CallRef, step ui
 	next.Calls = next.Calls[1:]
 	next.Pending = nil
 	next.Steps = step
+	if isErr {
+		next.RunToolErrors++
+	}
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
 	}
@@ -199,7 +202,7 @@ func (s *session) settleResult(ctx context.Context, call record.CallRef, step ui
 	if text == interruptedText {
 		outcome = "synthetic"
 	}
-	s.w.m.steps.WithLabelValues(string(record.StepTool), outcome).Inc()
+	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), outcome)...).Inc()
 	s.log.Info("tool step settled", "turn", next.Turns, "step", step, "tool", call.Name, "call", call.ID, "is_error", isErr)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: step, Tool: call.Name, CallID: call.ID})
 	return nil
