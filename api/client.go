@@ -40,6 +40,32 @@ func (c *Client) Apply(ctx context.Context, req ApplyRequest) (ApplyResponse, er
 	return call[ApplyResponse](ctx, c, EndpointApply, req)
 }
 
+// History reads an agent's versions and rollout changes.
+func (c *Client) History(ctx context.Context, req HistoryRequest) (HistoryResponse, error) {
+	return call[HistoryResponse](ctx, c, EndpointHistory, req)
+}
+
+// Definition reads one version of an agent.
+func (c *Client) Definition(ctx context.Context, req DefinitionRequest) (DefinitionResponse, error) {
+	return call[DefinitionResponse](ctx, c, EndpointDefinition, req)
+}
+
+// Diff compares two versions of an agent.
+func (c *Client) Diff(ctx context.Context, req DiffRequest) (DiffResponse, error) {
+	return call[DiffResponse](ctx, c, EndpointDiff, req)
+}
+
+// Rollback stores an earlier version's content as the agent's next
+// version.
+func (c *Client) Rollback(ctx context.Context, req RollbackRequest) (ChangeResponse, error) {
+	return call[ChangeResponse](ctx, c, EndpointRollback, req)
+}
+
+// Rollout starts, changes, promotes or ends an agent's rollout.
+func (c *Client) Rollout(ctx context.Context, req RolloutRequest) (ChangeResponse, error) {
+	return call[ChangeResponse](ctx, c, EndpointRollout, req)
+}
+
 // Send sends a user message to a session.
 func (c *Client) Send(ctx context.Context, req SendRequest) (SendResponse, error) {
 	return call[SendResponse](ctx, c, EndpointSend, req)

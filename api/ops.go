@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -56,6 +55,7 @@ func (s *Service) ops() map[string]op {
 			return s.control(ctx, v, req, sourceAPI)
 		})
 	}
+	s.versionOps(ops)
 	return ops
 }
 
@@ -68,76 +68,6 @@ func handle[Req, Resp any](fn func(context.Context, Req) (Resp, error)) op {
 		}
 		return fn(ctx, req)
 	}
-}
-
-func (s *Service) listAgents(ctx context.Context, _ AgentsRequest) (AgentsResponse, error) {
-	recs, err := s.agents.Records(ctx)
-	if err != nil {
-		return AgentsResponse{}, err
-	}
-	if recs == nil {
-		recs = []policies.Record{}
-	}
-	return AgentsResponse{Agents: recs}, nil
-}
-
-func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, error) {
-	switch {
-	case len(req.Files) == 0:
-		return ApplyResponse{}, errorf(http.StatusBadRequest, "apply: no files")
-	case len(req.Files) > MaxApplyFiles:
-		return ApplyResponse{}, errorf(http.StatusBadRequest, "apply: %d files, max %d", len(req.Files), MaxApplyFiles)
-	}
-	// Validate every file first: nothing is stored unless all are valid.
-	defs := make([]*policies.Compiled, 0, len(req.Files))
-	var problems []string
-	for _, f := range req.Files {
-		c, err := policies.Parse(f.Name, []byte(f.Content))
-		if err != nil {
-			for _, p := range policies.Errors(err) {
-				problems = append(problems, p.Error())
-			}
-			if len(policies.Errors(err)) == 0 {
-				problems = append(problems, err.Error())
-			}
-			continue
-		}
-		defs = append(defs, c)
-	}
-	// Record what each MCP server offers of the tools a definition admits:
-	// the model is shown what was reviewed here, and nothing else.
-	for i, c := range defs {
-		if len(c.Definition.MCPServers) == 0 || len(problems) > 0 {
-			continue
-		}
-		if err := s.cfg.Catalogs.Admit(ctx, c, req.Files[i].Name); err != nil {
-			for _, p := range policies.Errors(err) {
-				problems = append(problems, p.Error())
-			}
-			if len(policies.Errors(err)) == 0 {
-				problems = append(problems, err.Error())
-			}
-		}
-	}
-	if len(problems) > 0 {
-		return ApplyResponse{}, &Error{Code: http.StatusBadRequest,
-			Message:  fmt.Sprintf("apply refused: %d problem(s); nothing was stored", len(problems)),
-			Problems: problems}
-	}
-	out := ApplyResponse{Applied: []Applied{}}
-	for _, c := range defs {
-		out.Warnings = append(out.Warnings, KeyWarnings(c.Definition, os.Getenv)...)
-	}
-	for i, c := range defs {
-		before, _ := s.agents.Get(ctx, c.Definition.Name)
-		v, err := s.agents.Put(ctx, c.Definition, policies.WithSource(req.Files[i].Name))
-		if err != nil {
-			return out, err
-		}
-		out.Applied = append(out.Applied, Applied{Agent: c.Definition.Name, Version: v, Unchanged: before.Version == v, Source: req.Files[i].Name})
-		s.log.Info("agent applied", "agent", c.Definition.Name, "version", v, "source", req.Files[i].Name)
-	}
-	return out, nil
 }
 
 // KeyWarnings warns, for a definition whose model needs an API key, when
@@ -208,8 +138,10 @@ func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse
 		return StatusResponse{}, err
 	}
 	rows := make([]record.Summary, 0, len(all))
+	numbers := newVersionNumbers(s.agents)
 	for _, x := range all {
 		if (req.Agent == "" || x.Agent == req.Agent) && (req.Status == "" || string(x.Status) == req.Status) {
+			x.DefinitionVersion = numbers.of(ctx, x.Agent, x.DefinitionVersion, x.DefinitionRevision)
 			rows = append(rows, x)
 		}
 	}
@@ -229,6 +161,7 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 	if err != nil {
 		return ShowResponse{}, err
 	}
+	tr.DefinitionVersion = newVersionNumbers(s.agents).of(ctx, tr.Agent, tr.DefinitionVersion, tr.DefinitionRevision)
 	entries := tr.Transcript
 	if req.From > 1 {
 		i, _ := slices.BinarySearchFunc(entries, req.From, func(e record.Entry, id uint64) int {
@@ -356,11 +289,30 @@ func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse
 	if recs == nil {
 		recs = []admission.Record{}
 	}
-	out := EventsResponse{Records: recs}
-	// Keep the newest when they do not all fit.
+	changes, err := policies.Events(ctx, s.js, s.names, req.Agent, req.Since, req.Limit)
+	if err != nil {
+		return EventsResponse{}, err
+	}
+	if changes == nil {
+		changes = []policies.Event{}
+	}
+	out := EventsResponse{Records: recs, Changes: changes}
+	// Keep the newest when they do not all fit; definition changes, which
+	// are few, get up to a quarter of the room.
+	budget := s.cfg.MaxResponse - 1024
+	newestChanges := slices.Clone(changes)
+	slices.Reverse(newestChanges)
+	if n := fit(newestChanges, budget/4); n < len(changes) {
+		out.Changes, out.Truncated = changes[len(changes)-n:], true
+	}
+	used := 0
+	for _, c := range out.Changes {
+		b, _ := json.Marshal(c)
+		used += len(b) + 1
+	}
 	newest := slices.Clone(recs)
 	slices.Reverse(newest)
-	if n := fit(newest, s.cfg.MaxResponse-1024); n < len(recs) {
+	if n := fit(newest, budget-used); n < len(recs) {
 		out.Records, out.Truncated = recs[len(recs)-n:], true
 	}
 	return out, nil

@@ -117,7 +117,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	agents, err := policies.NewStore(ctx, js, cfg.Names)
+	agents, err := policies.NewStore(ctx, js, cfg.Names, policies.WithLogger(cfg.Log))
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}

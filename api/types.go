@@ -30,7 +30,8 @@ func Endpoints() []string {
 	for _, v := range control.Verbs() {
 		out = append(out, string(v))
 	}
-	return append(out, EndpointSchedules, EndpointEvents)
+	out = append(out, EndpointSchedules, EndpointEvents)
+	return append(out, EndpointHistory, EndpointDefinition, EndpointDiff, EndpointRollback, EndpointRollout)
 }
 
 // AgentsRequest lists the stored agent definitions.
@@ -52,16 +53,26 @@ type File struct {
 // none otherwise (the *Error lists the problems).
 type ApplyRequest struct {
 	Files []File `json:"files"`
+	// By names who applies, for the history (the CLI sends user@host).
+	By string `json:"by,omitempty"`
 }
 
 // Applied is one stored definition.
 type Applied struct {
 	Agent   string `json:"agent"`
 	Version uint64 `json:"version"`
-	// Unchanged: the definition equals the newest stored version, which
-	// was kept.
+	// Unchanged: nothing was written: the definition equals the newest
+	// stored version (which was kept) and its rollout the one in force.
 	Unchanged bool   `json:"unchanged,omitempty"`
 	Source    string `json:"source,omitempty"`
+	// Created is set when a new version was stored (not when only the
+	// rollout changed).
+	Created bool   `json:"created,omitempty"`
+	Hash    string `json:"hash,omitempty"`
+	// Rollout is the agent's rollout in force after the apply.
+	Rollout *policies.Rollout `json:"rollout,omitempty"`
+	// Summary says what the apply did in one line.
+	Summary string `json:"summary,omitempty"`
 }
 
 // ApplyResponse lists what was stored, in the order of the files.
@@ -180,8 +191,11 @@ type EventsRequest struct {
 	Limit int `json:"limit,omitempty"`
 }
 
-// EventsResponse holds the decisions, oldest first.
+// EventsResponse holds the decisions, oldest first, and the changes of
+// agents' definitions (versions applied or restored, rollouts started,
+// changed or ended) over the same period, oldest first, at most Limit.
 type EventsResponse struct {
 	Records   []admission.Record `json:"records"`
+	Changes   []policies.Event   `json:"changes"`
 	Truncated bool               `json:"truncated,omitempty"`
 }

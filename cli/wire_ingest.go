@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,8 +32,6 @@ import (
 	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/policies"
-	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Files under `jetloop dev`'s --data folder holding the secrets it
@@ -48,8 +46,8 @@ const (
 func ingestCommands() []command {
 	return []command{
 		{name: "apply", summary: "validate agent definitions and store them: apply FILE...", run: runApply},
-		{name: "agents", summary: "list the stored agent definitions and their versions", run: runAgents},
-		{name: "events", summary: "show recent admission decisions with their rules", run: runEvents},
+		{name: "agents", summary: "list agent definitions; agents history|show|diff|rollback|rollout NAME: their versions and rollouts", run: runAgents},
+		{name: "events", summary: "show recent admission decisions with their rules, and definition changes", run: runEvents},
 		{name: "webhook", summary: "sign a payload file and post it: webhook github EVENT FILE", run: runWebhook},
 	}
 }
@@ -210,155 +208,6 @@ func applyExamples(ctx context.Context, rt *Runtime) error {
 	return nil
 }
 
-func runApply(ctx context.Context, env *Env, args []string) error {
-	fs := newFlags(env, "apply", "[flags] FILE...")
-	var sf serverFlags
-	sf.register(fs, env)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(env.Stderr, "jetloop apply: no files; usage: jetloop apply FILE...")
-		return errUsage
-	}
-	// Validate every file first: nothing is stored unless all are valid.
-	var defs []*policies.Compiled
-	var errs []error
-	for _, path := range fs.Args() {
-		c, err := policies.LoadFile(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		defs = append(defs, c)
-	}
-	if len(errs) > 0 {
-		for _, e := range policies.Errors(errors.Join(errs...)) {
-			fmt.Fprintln(env.Stderr, e)
-		}
-		return fmt.Errorf("refused: %d problem(s); nothing was stored", len(policies.Errors(errors.Join(errs...))))
-	}
-	if err := admitCatalogs(ctx, env, defs, fs.Args()); err != nil {
-		return err
-	}
-	for _, c := range defs {
-		for _, w := range api.KeyWarnings(c.Definition, env.Getenv) {
-			fmt.Fprintln(env.Stderr, "warning: "+w)
-		}
-	}
-	rt, closeConn, err := dialNames(ctx, env, sf, "apply")
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	store, err := policies.NewStore(ctx, rt.JS, rt.Names)
-	if err != nil {
-		return err
-	}
-	for i, c := range defs {
-		before, _ := store.Get(ctx, c.Definition.Name)
-		v, err := store.Put(ctx, c.Definition, policies.WithSource(fs.Arg(i)))
-		if err != nil {
-			return err
-		}
-		note := ""
-		if before.Version == v {
-			note = " (unchanged)"
-		}
-		fmt.Fprintf(env.Stdout, "%s version %d%s\n", c.Definition.Name, v, note)
-		for _, s := range c.Definition.MCPServers {
-			fmt.Fprintf(env.Stdout, "  mcp server %s: admitted %s\n", s.Name, strings.Join(s.Tools, ", "))
-		}
-	}
-	return nil
-}
-
-// admitCatalogs records, from this process, what each definition's MCP
-// servers offer of the tools it admits (mcp.Pool.Admit); a problem refuses
-// the whole apply.
-func admitCatalogs(ctx context.Context, env *Env, defs []*policies.Compiled, files []string) error {
-	var pool *mcp.Pool
-	var errs []error
-	for i, c := range defs {
-		if len(c.Definition.MCPServers) == 0 {
-			continue
-		}
-		if pool == nil {
-			p, err := mcp.NewPool(mcp.Options{Getenv: env.Getenv, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			pool = p
-		}
-		if err := pool.Admit(ctx, c, files[i]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	problems := policies.Errors(errors.Join(errs...))
-	for _, e := range problems {
-		fmt.Fprintln(env.Stderr, e)
-	}
-	return fmt.Errorf("refused: %d problem(s); nothing was stored", len(problems))
-}
-
-func dialNames(ctx context.Context, env *Env, sf serverFlags, verb string) (*Runtime, func(), error) {
-	names, err := streams.NewNames(sf.prefix)
-	if err != nil {
-		return nil, nil, err
-	}
-	return dial(ctx, sf, names, "jetloop "+verb, env)
-}
-
-func runAgents(ctx context.Context, env *Env, args []string) error {
-	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "agents", "[flags]", args, nil)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	if len(rest) > 0 {
-		fmt.Fprintf(env.Stderr, "jetloop agents: unexpected argument %q\n", rest[0])
-		return errUsage
-	}
-	resp, err := api.NewClient(rt.NC, rt.Names).Agents(ctx)
-	if err != nil {
-		return err
-	}
-	recs := resp.Agents
-	if cf.json {
-		type row struct {
-			Name      string    `json:"name"`
-			Version   uint64    `json:"version"`
-			Model     string    `json:"model"`
-			Triggers  []string  `json:"triggers"`
-			Schedules []string  `json:"schedules"`
-			Source    string    `json:"source,omitempty"`
-			AppliedAt time.Time `json:"applied_at"`
-		}
-		rows := make([]row, 0, len(recs))
-		for _, r := range recs {
-			d := r.Definition
-			rows = append(rows, row{Name: d.Name, Version: d.Version, Model: modelName(d.Model), Triggers: triggerNames(d),
-				Schedules: scheduleNames(d), Source: r.Source, AppliedAt: r.AppliedAt})
-		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	now := time.Now()
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tVERSION\tMODEL\tTRIGGERS\tSCHEDULES\tAPPLIED\tSOURCE")
-	for _, r := range recs {
-		d := r.Definition
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", d.Name, d.Version, modelName(d.Model),
-			orDash(strings.Join(triggerNames(d), ",")), orDash(strings.Join(scheduleNames(d), ",")), ago(r.AppliedAt, now), orDash(r.Source))
-	}
-	return tw.Flush()
-}
-
 func modelName(m policies.Model) string {
 	if m.Name == "" {
 		return m.Provider
@@ -393,10 +242,12 @@ func runEvents(ctx context.Context, env *Env, args []string) error {
 	var agent string
 	var since time.Duration
 	var n int
+	var definitions bool
 	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "events", "[flags]", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&agent, "agent", "", "only this agent's decisions")
+		fs.StringVar(&agent, "agent", "", "only this agent's decisions and changes")
 		fs.DurationVar(&since, "since", time.Hour, "how far back to look")
-		fs.IntVar(&n, "n", 50, "at most this many decisions, the newest")
+		fs.IntVar(&n, "n", 50, "at most this many decisions (and as many definition changes), the newest")
+		fs.BoolVar(&definitions, "definitions", false, "only definition changes: versions applied or restored, rollouts started, changed or ended (with --json: their array; without it --json prints the admission decisions)")
 	})
 	if err != nil {
 		return err
@@ -413,26 +264,56 @@ func runEvents(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	recs := resp.Records
+	recs, changes := resp.Records, resp.Changes
+	if definitions {
+		recs = nil
+	}
 	if resp.Truncated {
-		fmt.Fprintf(env.Stderr, "jetloop events: only the newest %d decisions fit one answer\n", len(recs))
+		fmt.Fprintf(env.Stderr, "jetloop events: only the newest %d decisions and %d changes fit one answer\n", len(resp.Records), len(changes))
 	}
 	if cf.json {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
+		if definitions {
+			if changes == nil {
+				changes = []policies.Event{}
+			}
+			return enc.Encode(changes)
+		}
 		return enc.Encode(recs)
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tDECISION\tRULE\tSESSION\tTYPE\tEVENT\tREASON")
+	// Decisions and changes, merged by time.
+	type row struct {
+		at    time.Time
+		cells string
+	}
+	var rows []row
 	for _, r := range recs {
 		rule := r.Rule
 		if rule == "" {
 			rule = orDash(r.Agent)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format("15:04:05"), r.Outcome, rule, orDash(r.Session),
-			r.Event.Type, oneLine(r.Event.ID, 40), oneLine(orDash(r.Reason), 80))
+		rows = append(rows, row{r.Time, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Time.Local().Format("15:04:05"), r.Outcome, rule, orDash(r.Session),
+			r.Event.Type, oneLine(r.Event.ID, 40), oneLine(orDash(r.Reason), 80))})
+	}
+	for _, c := range changes {
+		rows = append(rows, row{c.Time, fmt.Sprintf("%s\t%s\t%s\t-\tdefinition\tv%d\t%s", c.Time.Local().Format("15:04:05"), c.Change, c.Agent,
+			c.Version, oneLine(c.Summary, 160)+byNote(c.By))})
+	}
+	slices.SortStableFunc(rows, func(a, b row) int { return a.at.Compare(b.at) })
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tDECISION\tRULE\tSESSION\tTYPE\tEVENT\tREASON")
+	for _, r := range rows {
+		fmt.Fprintln(tw, r.cells)
 	}
 	return tw.Flush()
+}
+
+func byNote(by string) string {
+	if by == "" {
+		return ""
+	}
+	return " (by " + by + ")"
 }
 
 func runWebhook(ctx context.Context, env *Env, args []string) error {

@@ -97,6 +97,8 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, err
 	}
+	// A worker apart (`jetloop worker --http`) serves its own metrics.
+	mountMetrics(rt.Mux)
 	return Component{Name: "worker " + id, Run: w.Run}, nil
 }
 
@@ -289,14 +291,14 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tSTATUS\tSINCE\tTURNS\tTOKENS\tCOST\tWAITING FOR / REASON")
+	fmt.Fprintln(tw, "SESSION\tSTATUS\tSINCE\tVERSION\tTURNS\tTOKENS\tCOST\tWAITING FOR / REASON")
 	for _, s := range rows {
 		note := s.WaitingFor
 		if note == "" {
 			note = s.Reason
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d\t%d\t$%.4f\t%s\n", s.Agent, s.Session, s.Status, ago(s.Since, now),
-			s.Turns, s.Tokens, s.CostUSD, oneLine(note, 80))
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\t%s\n", s.Agent, s.Session, s.Status, ago(s.Since, now),
+			versionCell(s.DefinitionVersion, s.Rollout), s.Turns, s.Tokens, s.CostUSD, oneLine(note, 80))
 	}
 	return tw.Flush()
 }
@@ -341,7 +343,7 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(w, "forked from %s/%s at turn %d\n", tr.Agent, tr.Parent, tr.ForkTurn)
 	}
 	u, r, l := tr.Budget.Usage, tr.Budget.Run, tr.Budget.Limits
-	fmt.Fprintf(w, "definition v%d  this run: turns %d%s  tokens %d%s  cost $%.4f%s\n", tr.DefinitionVersion,
+	fmt.Fprintf(w, "definition %s  this run: turns %d%s  tokens %d%s  cost $%.4f%s\n", versionCell(tr.DefinitionVersion, tr.Rollout),
 		r.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), r.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),
 		r.CostUSD, limit(l.MaxCostUSD > 0, fmt.Sprintf("$%.4f", l.MaxCostUSD)))
 	fmt.Fprintf(w, "session total: turns %d  tokens %d  cost $%.4f\n", u.Turns, u.Tokens, u.CostUSD)
@@ -541,7 +543,7 @@ func stateOf(tr record.Transcript, nextEntry uint64) record.State {
 	var st record.State
 	st.Agent, st.Session, st.Parent, st.ForkTurn = tr.Agent, tr.Session, tr.Parent, tr.ForkTurn
 	st.Status, st.Since, st.Reason, st.WaitingFor = tr.Status, tr.Since, tr.Reason, tr.WaitingFor
-	st.DefinitionVersion, st.Limits = tr.DefinitionVersion, tr.Budget.Limits
+	st.DefinitionVersion, st.DefinitionRevision, st.Rollout, st.Limits = tr.DefinitionVersion, tr.DefinitionRevision, tr.Rollout, tr.Budget.Limits
 	st.Turns, st.RunTurns, st.UnknownUsage = tr.Budget.Usage.Turns, tr.Budget.Run.Turns, tr.Budget.Usage.UnknownUsageCalls
 	st.RunStarted, st.Pending, st.Steers = tr.Budget.Run.Started, tr.Pending, tr.Steers
 	st.InSeq, st.CtlSeq, st.NextEntry, st.Owner = tr.InSeq, tr.CtlSeq, nextEntry, tr.Owner
@@ -604,4 +606,16 @@ func ago(t, now time.Time) string {
 		return "-"
 	}
 	return now.Sub(t).Round(time.Second).String() + " ago"
+}
+
+// versionCell names a session's definition version for people: "v4",
+// "v5 (canary)", "-" before its first run.
+func versionCell(v uint64, rollout string) string {
+	switch {
+	case v == 0:
+		return "-"
+	case rollout != "":
+		return fmt.Sprintf("v%d (canary)", v)
+	}
+	return fmt.Sprintf("v%d", v)
 }

@@ -67,21 +67,47 @@ func (s *Store) Put(ctx context.Context, d Definition, opts ...PutOption) (uint6
 // cannot start, and MCP servers without a recorded catalog, are refused
 // with an *Error naming the field.
 func (s *Store) Apply(ctx context.Context, c *Compiled, opts ...PutOption) (Applied, error) {
+	if err := c.checkCatalogs(); err != nil {
+		return Applied{}, err
+	}
+	return s.mutate(ctx, c.Definition.Name, s.applying(c, opts))
+}
+
+// checkCatalogs is CheckCatalogs with the problems placed in c's file.
+func (c *Compiled) checkCatalogs() error {
+	err := CheckCatalogs(c.Definition)
+	for _, e := range Errors(err) {
+		e.File = c.file
+		e.Line, e.Column = c.Position(e.Field)
+	}
+	return err
+}
+
+// CheckApply reports what Apply would refuse now (a rollout that cannot
+// start, MCP servers without a recorded catalog), writing nothing, so that a set of files can be checked whole
+// before any is stored.
+func (s *Store) CheckApply(ctx context.Context, c *Compiled) error {
+	if err := c.checkCatalogs(); err != nil {
+		return err
+	}
+	st, err := s.state(ctx, c.Definition.Name)
+	if err != nil {
+		return fmt.Errorf("policies: %q: %w", c.Definition.Name, err)
+	}
+	_, err = s.applying(c, nil)(st, s.now().UTC())
+	return err
+}
+
+// applying decides what applying c writes.
+func (s *Store) applying(c *Compiled, opts []PutOption) func(agentState, time.Time) (*Record, error) {
 	var o putOpts
 	for _, f := range opts {
 		f(&o)
 	}
-	if err := CheckCatalogs(c.Definition); err != nil {
-		for _, e := range Errors(err) {
-			e.File = c.file
-			e.Line, e.Column = c.Position(e.Field)
-		}
-		return Applied{}, err
-	}
 	spec := c.Definition.Rollout
 	d := content(c.Definition)
 	hash := ContentHash(d)
-	return s.mutate(ctx, d.Name, func(st agentState, now time.Time) (*Record, error) {
+	return func(st agentState, now time.Time) (*Record, error) {
 		head := st.head
 		if spec != nil && head == nil {
 			return nil, c.fieldError("rollout", fmt.Errorf("agent %s has no version serving yet: apply it without rollout first", d.Name))
@@ -120,7 +146,7 @@ func (s *Store) Apply(ctx context.Context, c *Compiled, opts ...PutOption) (Appl
 			out.Ended = ending(prev, RolloutSuperseded, fmt.Sprintf("version %d became the canary", out.Version), o.by, now)
 		}
 		return &out, nil
-	})
+	}
 }
 
 // reapply is Apply of the content of the newest version: no version is

@@ -29,11 +29,18 @@
 // it is dead-lettered as no_session, and a new session skips (and
 // dead-letters) the control messages published before its first event.
 //
+// A run resolves its definition version when it starts (VersionedDefinitions:
+// the version the session recorded, the canary or stable one of a rollout
+// for a new session) and keeps it to its end, even when another worker takes
+// it over; when it ends, its outcome is counted for the rollout's guard and
+// in runs_total by agent and version.
+//
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
 // step_model.go and step_tool.go (a model call, a tool call), recover.go
 // (an intent without its settlement), budget.go (the limits checked
-// before a step), end.go (a run ended early: its open calls answered).
+// before a step), end.go (a run ended early: its open calls answered),
+// outcome.go (a run's outcome, counted).
 //
 // The durable record itself (State, Entry, Intent, the store) and its
 // readers (List, Show, Follow) are record/'s.
