@@ -72,6 +72,14 @@ func (e *crashEnv) ctlAcked(t *testing.T, agent string) {
 	}
 }
 
+// gatedCrashDef is crashDef with its ledger call behind an approval, so a
+// session waits, blocked, for the control messages of a test.
+func gatedCrashDef() policies.Definition {
+	def := crashDef()
+	def.Approvals = []policies.Approval{{Name: "ledger", When: `tool.name == "ledger"`}}
+	return def
+}
+
 func countControl(tr record.Transcript, verb string) int {
 	n := 0
 	for _, e := range tr.Transcript {
@@ -93,15 +101,21 @@ func TestControlCrash(t *testing.T) {
 		t.Skip("subprocess crash test")
 	}
 	t.Run("steer applied before the ack", func(t *testing.T) {
+		// A control message applies only to a session that exists: the
+		// session first waits on an approval, then the steer reaches it.
 		e := newCrashEnv(t)
-		ref, _ := streams.NewSessionRef("crash", "s1")
-		seq := e.publish(t, ref, control.Message{Verb: control.Steer, Text: "mind the ledger"})
-		first := startChild(t, e.spec("w1", crashDef(), false, &crashPoint{Phase: worker.PhaseControl, Step: seq}))
-		e.send(t, "crash", "s1", "write it")
-		first.waitPoint(t, time.Minute)
+		def := gatedCrashDef()
+		first := startChild(t, e.spec("w0", def, false, nil))
+		ref := e.send(t, "crash", "s1", "write it")
+		tr := e.waitStatus(t, ref, record.StatusBlocked, first)
 		first.kill()
-		second := startChild(t, e.spec("w2", crashDef(), false, nil))
-		tr := e.waitDone(t, ref, first, second)
+		seq := e.publish(t, ref, control.Message{Verb: control.Steer, Text: "mind the ledger"})
+		second := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseControl, Step: seq}))
+		second.waitPoint(t, time.Minute)
+		second.kill()
+		third := startChild(t, e.spec("w2", def, false, nil))
+		e.publish(t, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor})
+		tr = e.waitDone(t, ref, first, second, third)
 		if n := countControl(tr, "steer"); n != 1 {
 			t.Fatalf("steer applied %d times: %+v", n, tr.Transcript)
 		}
@@ -137,14 +151,18 @@ func TestControlCrash(t *testing.T) {
 	})
 	t.Run("cancel applied before the ack", func(t *testing.T) {
 		e := newCrashEnv(t)
-		ref, _ := streams.NewSessionRef("crash", "s1")
-		seq := e.publish(t, ref, control.Message{Verb: control.Cancel})
-		first := startChild(t, e.spec("w1", crashDef(), false, &crashPoint{Phase: worker.PhaseControl, Step: seq}))
-		first.waitPoint(t, time.Minute)
+		def := gatedCrashDef()
+		first := startChild(t, e.spec("w0", def, false, nil))
+		ref := e.send(t, "crash", "s1", "write it")
+		e.waitStatus(t, ref, record.StatusBlocked, first)
 		first.kill()
-		e.send(t, "crash", "s1", "write it")
-		second := startChild(t, e.spec("w2", crashDef(), false, nil))
-		tr := e.waitStatus(t, ref, record.StatusCancelled, first, second)
+		seq := e.publish(t, ref, control.Message{Verb: control.Cancel})
+		second := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseControl, Step: seq}))
+		second.waitPoint(t, time.Minute)
+		second.kill()
+		e.send(t, "crash", "s1", "write it again")
+		third := startChild(t, e.spec("w2", def, false, nil))
+		tr := e.waitStatus(t, ref, record.StatusCancelled, first, second, third)
 		if countControl(tr, "cancel") != 1 {
 			t.Fatalf("transcript %+v", tr.Transcript)
 		}
@@ -157,8 +175,7 @@ func TestControlCrash(t *testing.T) {
 	})
 	t.Run("owner dies running the call an approve let through", func(t *testing.T) {
 		e := newCrashEnv(t)
-		def := crashDef()
-		def.Approvals = []policies.Approval{{Name: "ledger", When: `tool.name == "ledger"`}}
+		def := gatedCrashDef()
 		first := startChild(t, e.spec("w1", def, false, &crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}))
 		ref := e.send(t, "crash", "s1", "write it")
 		tr := e.waitStatus(t, ref, record.StatusBlocked, first)
