@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -74,13 +75,34 @@ func handle[Req, Resp any](fn func(context.Context, Req) (Resp, error)) op {
 // the variable holding it is not set in getenv's environment: a worker
 // that lacks it fails the agent's runs, so whoever applies it should
 // know.
+//
+// Likewise for the GitHub tools: a definition that names one while
+// neither its github: settings nor getenv's JETLOOP_GITHUB_* give
+// credentials (or give ones that cannot be read) is warned that the tools
+// will answer with an error, naming the settings that would do.
 func KeyWarnings(d policies.Definition, getenv func(string) string) []string {
-	env, needed := model.KeyEnv(d.Model)
-	if !needed || strings.TrimSpace(getenv(env)) != "" {
-		return nil
+	var out []string
+	if env, needed := model.KeyEnv(d.Model); needed && strings.TrimSpace(getenv(env)) == "" {
+		out = append(out, fmt.Sprintf("agent %s: model provider %s reads its API key from %s, which is not set here; a worker without it fails the agent's runs",
+			d.Name, d.Model.Provider, env))
 	}
-	return []string{fmt.Sprintf("agent %s: model provider %s reads its API key from %s, which is not set here; a worker without it fails the agent's runs",
-		d.Name, d.Model.Provider, env)}
+	var uses []string
+	for _, t := range d.Tools {
+		if strings.HasPrefix(t, "github_") {
+			uses = append(uses, t)
+		}
+	}
+	if len(uses) > 0 {
+		var s ghapp.Settings
+		if d.GitHub != nil {
+			s = *d.GitHub
+		}
+		if _, err := ghapp.Resolve(s, getenv, os.ReadFile); err != nil {
+			out = append(out, fmt.Sprintf("agent %s: %s will answer with an error until the worker has GitHub credentials: %v",
+				d.Name, strings.Join(uses, ", "), err))
+		}
+	}
+	return out
 }
 
 // sessionRef validates the agent and session of a request.

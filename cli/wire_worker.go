@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -57,8 +58,14 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, fmt.Errorf("open object store %s: %w", rt.Names.ObjectBlobs(), err)
 	}
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
+	// One set of GitHub clients serves every session of the worker: they
+	// share its installation tokens and rate limits.
+	gh, err := ghapp.New(ghapp.Options{Getenv: rt.Getenv, Logger: log, Metrics: reg})
+	if err != nil {
+		return Component{}, err
+	}
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		workerTools(rt, blobs)...)
+		workerTools(rt, blobs, gh)...)
 	if err != nil {
 		return Component{}, err
 	}
@@ -105,9 +112,10 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 // workerTools are the tools a worker runs. Definitions are checked
 // against tools.Names when they are applied: the two must name the same
 // tools (wire_worker_internal_test.go holds them to it).
-func workerTools(rt *Runtime, blobs tools.BlobStore) []tools.Tool {
-	return tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
-		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"})
+func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients) []tools.Tool {
+	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
+		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"}),
+		tools.GitHub(tools.GitHubConfig{Clients: gh})...)
 }
 
 // envDuration reads a duration setting from the environment; unset is 0

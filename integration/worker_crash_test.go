@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -66,10 +67,21 @@ func TestWorkerChild(t *testing.T) {
 	}
 	_, js := natstest.Connect(t, spec.URL)
 	led := &fileLedger{path: spec.Ledger, safe: spec.Safe}
+	tm := worker.ToolMap{"ledger": led}
+	if spec.Def.GitHub != nil {
+		// The GitHub tools, against the test's fake GitHub.
+		gh, err := ghapp.New(ghapp.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range tools.GitHub(tools.GitHubConfig{Clients: gh}) {
+			tm[tl.Spec().Name] = tl
+		}
+	}
 	cfg := worker.Config{
 		ID:          spec.ID,
 		Definitions: fixedDefs{spec.Def.Name: spec.Def},
-		Tools:       worker.ToolMap{"ledger": led},
+		Tools:       tm,
 		Agents:      []string{spec.Def.Name},
 		LeaseTTL:    childLeaseTTL,
 		AckWait:     childAckWait,

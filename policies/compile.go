@@ -359,6 +359,11 @@ func compile(d Definition, c *checker) *Compiled {
 		seen[t] = true
 	}
 	checkMCP(c, d)
+	if d.GitHub != nil {
+		if err := d.GitHub.Validate(); err != nil {
+			c.add("github", err)
+		}
+	}
 	b := d.Budget
 	if b.MaxTurns < 0 || b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxHops < 0 {
 		c.addf("budget", "limits must not be negative")

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jetloop/jetloop/ghapp"
 )
 
 // Definition is one agent: its model, prompt, tools, limits, and the
@@ -34,6 +36,10 @@ type Definition struct {
 	// is an instruction to the store, not part of the version's content:
 	// the store keeps it as the agent's rollout and clears it here.
 	Rollout *RolloutSpec `yaml:"rollout,omitempty" json:"rollout,omitempty"`
+	// GitHub says how the GitHub tools reach GitHub (an App or a token,
+	// and the API's base URL); unset fields fall back to the worker's
+	// JETLOOP_GITHUB_* environment.
+	GitHub *ghapp.Settings `yaml:"github,omitempty" json:"github,omitempty"`
 
 	// Version is the agent's own version number (1, 2, 3 …) and Revision
 	// the jl_agents revision it was read from; the store sets both, they

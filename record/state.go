@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 )
@@ -167,16 +168,32 @@ type Intent struct {
 	Turn int    `json:"turn"`
 	// Entry is the first transcript id reserved for the step's output.
 	Entry uint64 `json:"entry"`
-	// CallID, Tool, Args and ReplaySafe describe a tool step; ReplaySafe is
-	// the tool's declaration when the intent was written.
+	// CallID, Tool, Args, ReplaySafe and Replay describe a tool step;
+	// ReplaySafe and Replay are the tool's declaration when the intent was
+	// written: Replay is its class, "safe", "unsafe" or "probe" (the tool
+	// can find out whether its effect happened); intents written before
+	// classes have only ReplaySafe (see ReplayClass).
 	CallID     string          `json:"call_id,omitempty"`
 	Tool       string          `json:"tool,omitempty"`
 	Args       json.RawMessage `json:"args,omitempty"`
 	ReplaySafe bool            `json:"replay_safe,omitempty"`
+	Replay     string          `json:"replay,omitempty"`
 	// Attempt counts recoveries that made the effect again.
 	Attempt int       `json:"attempt,omitempty"`
 	Owner   string    `json:"owner"`
 	Started time.Time `json:"started"`
+}
+
+// ReplayClass is the stored declaration of a tool step: Replay, or for
+// an intent written before classes, "safe" or "unsafe" by ReplaySafe.
+func (in Intent) ReplayClass() string {
+	switch {
+	case in.Replay != "":
+		return in.Replay
+	case in.ReplaySafe:
+		return "safe"
+	}
+	return "unsafe"
 }
 
 // CallRef is a tool call of the last assistant message still without its
@@ -341,6 +358,11 @@ type Work struct {
 	// nil when that run was started by anything else. Its timeout bounds
 	// only its own run, until its result is recorded.
 	Tick *TickRun `json:"tick,omitempty"`
+	// Thread is where the event that started the current or last run
+	// belongs (a GitHub issue or pull request, a Slack thread): the
+	// default target of the tools that answer there. Nil when it names
+	// none.
+	Thread *events.Thread `json:"thread,omitempty"`
 }
 
 // Fence is who wrote the state last, and when.

@@ -104,13 +104,14 @@ func (c BuiltinConfig) Validate() error {
 }
 
 // Names returns the name of every tool a worker runs, sorted: the tools
-// Builtins makes. It is the one list definitions are checked against
-// when they are applied, so a definition naming a tool no worker has is
-// refused there; a tool a worker gains belongs in Builtins, which keeps
-// this list in step (the worker's wiring is tested against it).
+// Builtins and GitHub make. It is the one list definitions are checked
+// against when they are applied, so a definition naming a tool no worker
+// has is refused there; a tool a worker gains belongs in Builtins or
+// GitHub, which keep this list in step (the worker's wiring is tested
+// against it).
 func Names() []string {
 	var out []string
-	for _, t := range Builtins(BuiltinConfig{}) {
+	for _, t := range append(Builtins(BuiltinConfig{}), GitHub(GitHubConfig{})...) {
 		out = append(out, t.Spec().Name)
 	}
 	slices.Sort(out)

@@ -238,7 +238,23 @@ func (rt registryTools) Get(name string) (tools.Tool, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return tools.NewFunc(t.Spec(), func(ctx context.Context, c tools.Call) (tools.Result, error) {
+	f := tools.NewFunc(t.Spec(), func(ctx context.Context, c tools.Call) (tools.Result, error) {
 		return rt.r.Run(ctx, name, c)
-	}), true
+	})
+	if _, ok := t.(tools.Prober); ok {
+		return probing{Tool: f, probe: func(ctx context.Context, c tools.Call) (tools.Result, bool, error) {
+			return rt.r.Probe(ctx, name, c)
+		}}, true
+	}
+	return f, true
+}
+
+// probing is a registry tool with its probe.
+type probing struct {
+	tools.Tool
+	probe func(context.Context, tools.Call) (tools.Result, bool, error)
+}
+
+func (p probing) Probe(ctx context.Context, c tools.Call) (tools.Result, bool, error) {
+	return p.probe(ctx, c)
 }

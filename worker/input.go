@@ -112,6 +112,8 @@ func (s *session) input(ctx context.Context, in *input) error {
 		// belong to the run it started.
 		next.Tick = nil
 	}
+	// Tools that answer where the event came from default to its thread.
+	next.Thread = events.ThreadOf(ev)
 	// Budgets are per run.
 	next.RunTurns, next.RunUsage, next.RunToolErrors = 0, model.Usage{}, 0
 	next.RunStarted = time.Now().UTC()

@@ -30,13 +30,13 @@ type toolOutcome struct {
 
 // runTool calls tool once. A runtime error and a panic become an error
 // result for the model: a bad call must not take the worker down.
-func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, args json.RawMessage, agent, session, dir string) (out toolOutcome) {
+func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, tc tools.Call) (out toolOutcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			out = toolOutcome{text: fmt.Sprintf("tool %s panicked: %v", call.Name, p), isErr: true}
 		}
 	}()
-	res, err := tool.Call(ctx, tools.Call{ID: call.ID, Args: args, Agent: agent, Session: session, WorkDir: dir})
+	res, err := tool.Call(ctx, tc)
 	if err != nil && res.Content != "" {
 		// The call ended badly but has an answer for the model (a
 		// registry's result for a cancelled call, say).
@@ -54,10 +54,21 @@ func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, args jso
 	return toolOutcome{text: res.Content, isErr: res.IsError, blob: res.Blob, block: res.Block}
 }
 
+// toolCall is what the tool of a step is called with.
+func (s *session) toolCall(in record.Intent, dir string) tools.Call {
+	c := tools.Call{ID: in.CallID, Args: in.Args, Agent: s.r.ref.Agent, Session: s.r.ref.Session, WorkDir: dir,
+		Started: in.Started, Thread: s.st.Thread}
+	if s.def != nil && s.def.GitHub != nil {
+		c.GitHub = *s.def.GitHub
+	}
+	return c
+}
+
 // toolStep runs one tool call: intent, call, settlement. With rec it
-// resumes an earlier worker's intent: the call runs again only if its
-// stored and current declarations both say replay-safe; otherwise it gets
-// a synthetic error result under the reserved id.
+// resumes an earlier worker's intent by the stored and the current
+// declaration of the tool: both replay-safe, the call runs again; both
+// probe, the tool is asked whether the effect happened (see probe); else
+// it gets a synthetic error result under the reserved id.
 func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record.Intent) error {
 	now := time.Now().UTC()
 	tool, spec, found := s.lookup(call.Name)
@@ -76,7 +87,8 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 	if rec == nil {
 		next := s.st.Clone()
 		in = record.Intent{Kind: record.StepTool, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry,
-			CallID: call.ID, Tool: call.Name, Args: s.args(call), ReplaySafe: spec.ReplaySafe, Owner: s.w.cfg.ID, Started: now}
+			CallID: call.ID, Tool: call.Name, Args: s.args(call), ReplaySafe: spec.ReplaySafe, Replay: string(tools.ClassOf(tool)),
+			Owner: s.w.cfg.ID, Started: now}
 		next.Pending = &in
 		// An approval lets one run through, this one.
 		next.Approved = ""
@@ -86,13 +98,26 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 		}
 	} else {
 		in = *rec
-		if !(in.ReplaySafe && found && spec.ReplaySafe) {
+		stored, current := in.ReplayClass(), tools.ClassUnsafe
+		if found {
+			current = tools.ClassOf(tool)
+		}
+		switch {
+		case stored == string(tools.ClassProbe) && current == tools.ClassProbe:
+		case stored == string(tools.ClassSafe) && current == tools.ClassSafe:
+		default:
 			s.w.m.recoveries.WithLabelValues(string(record.StepTool), "synthetic").Inc()
-			s.log.Warn("tool call interrupted and not replay-safe: settling a synthetic error result", "tool", call.Name, "call", call.ID)
+			s.log.Warn("tool call interrupted and not replay-safe: settling a synthetic error result", "tool", call.Name, "call", call.ID, "stored", stored, "current", current)
 			return s.settleResult(ctx, call, in.Step, interruptedText, true, "")
 		}
 		if in.Attempt >= s.w.cfg.MaxRecoveries {
 			return s.settleResult(ctx, call, in.Step, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, in.Attempt+1), true, "")
+		}
+		if current == tools.ClassProbe {
+			done, err := s.probe(ctx, call, tool.(tools.Prober), in)
+			if done || err != nil {
+				return err
+			}
 		}
 		if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
 			next := s.st.Clone()
@@ -125,7 +150,7 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 	if derr != nil {
 		res = toolOutcome{text: "no work folder: " + derr.Error(), isErr: true}
 	} else {
-		res = runTool(tctx, tool, call, in.Args, s.r.ref.Agent, s.r.ref.Session, dir)
+		res = runTool(tctx, tool, call, s.toolCall(in, dir))
 	}
 	abort := aborted(sctx)
 	deadline := sctx.Err() != nil && ctx.Err() == nil && abort == nil
@@ -179,6 +204,44 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 		return s.block(ctx, call, in.Step, res.text)
 	}
 	return s.settleResult(ctx, call, in.Step, res.text, res.isErr, res.blob)
+}
+
+// probe asks a probing tool whether the effect of an interrupted call
+// happened: found, the call is settled with the result the tool reads
+// back (the comment's id and URL, say) and done is true; not found, the
+// caller makes the call once. A probe that cannot answer counts as an
+// attempt and fails the run's turn for a later retry, so a lookup that
+// keeps failing ends, after MaxRecoveries, as "may or may not have run".
+func (s *session) probe(ctx context.Context, call record.CallRef, p tools.Prober, in record.Intent) (done bool, err error) {
+	dir, derr := s.workDir()
+	if derr != nil {
+		return false, derr
+	}
+	pctx, cancel := s.stepContext(ctx)
+	res, found, perr := p.Probe(pctx, s.toolCall(in, dir))
+	cancel()
+	if ctx.Err() != nil {
+		return false, context.Cause(ctx)
+	}
+	switch {
+	case perr != nil:
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_failed").Inc()
+		s.log.Warn("probe of an interrupted call failed; trying again later", "tool", call.Name, "call", call.ID, "attempt", in.Attempt, "err", perr)
+		next := s.st.Clone()
+		next.Pending.Attempt++
+		next.Pending.Owner = s.w.cfg.ID
+		if err := s.writeIntent(ctx, next); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("worker: probe %s call %s: %w", call.Name, call.ID, perr)
+	case found:
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_found").Inc()
+		s.log.Info("interrupted call had taken effect: settling the result its probe found", "tool", call.Name, "call", call.ID)
+		return true, s.settleResult(ctx, call, in.Step, res.Content, res.IsError, res.Blob)
+	}
+	s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_not_found").Inc()
+	s.log.Info("interrupted call had not taken effect: making it once", "tool", call.Name, "call", call.ID)
+	return false, nil
 }
 
 // settleResult settles a call's result under its reserved id.
