@@ -72,11 +72,6 @@ func TestDevGitHubCommentOnceAcrossKill(t *testing.T) {
 		}
 		def := c.Definition
 		def.GitHub = &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: key, BaseURL: fake.URL()}
-		for i := range def.Triggers {
-			// What is under test here is the answer, not the burst
-			// coalescing (admission's and the worker's debounce tests).
-			def.Triggers[i].Debounce = nil
-		}
 		putAgent(t, url, def)
 	}
 
