@@ -199,7 +199,7 @@ func applyExamples(ctx context.Context, rt *Runtime) error {
 		} else if !errors.Is(err, policies.ErrNotFound) {
 			return err
 		}
-		v, err := store.Put(ctx, c.Definition, policies.WithSource("examples/"+f))
+		v, err := store.Put(ctx, c.Definition, policies.WithSource("examples/"+f), policies.WithAppliedBy("jetloop dev"))
 		if err != nil {
 			return err
 		}

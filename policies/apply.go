@@ -300,7 +300,12 @@ func (s *Store) SetRollout(ctx context.Context, agent string, ch RolloutChange, 
 		if err != nil {
 			return nil, fmt.Errorf("policies: rollout %q: %w", agent, err)
 		}
-		if target.Hash == stable.Hash {
+		switch {
+		case ch.Version == stable.Version && r == nil:
+			return nil, fmt.Errorf("policies: rollout %q: version %d already serves every new session: a canary is another version (apply a changed definition, or name an earlier version): %w", agent, ch.Version, ErrConflict)
+		case ch.Version == stable.Version:
+			return nil, fmt.Errorf("policies: rollout %q: version %d is the stable version of the rollout in force (%s): %w", agent, ch.Version, r, ErrConflict)
+		case target.Hash == stable.Hash:
 			return nil, fmt.Errorf("policies: rollout %q: version %d has the content of stable version %d: a canary must differ from it: %w", agent, ch.Version, stable.Version, ErrConflict)
 		}
 		if err := sameAdmission(stable.Definition, target.Definition); err != nil {
