@@ -28,6 +28,9 @@ type Compiled struct {
 	Definition Definition
 	Triggers   []*CompiledTrigger
 	Approvals  []*CompiledApproval
+	// ConcurrencyKey is the concurrency limit's key; nil without a limit
+	// or a key.
+	ConcurrencyKey *Expr
 
 	// file and loc place the problems the store finds (a rollout that
 	// cannot start) in the file Parse read.
@@ -278,6 +281,10 @@ var (
 	overlaps   = []string{"", "skip", "queue_one", "cancel_previous"}
 )
 
+// MaxConcurrency bounds a concurrency limit: the slots of one key are one
+// record that every run's start and end rewrites.
+const MaxConcurrency = 1000
+
 // knownTools are the names a definition's tools may list: what workers
 // run (package tools keeps the list).
 var knownTools = sync.OnceValue(tools.Names)
@@ -470,6 +477,14 @@ func compile(d Definition, c *checker) *Compiled {
 			ca.When = c.expr(f+".when", a.When, condOverTool)
 		}
 		out.Approvals = append(out.Approvals, ca)
+	}
+	if cc := d.Concurrency; cc != nil {
+		if cc.Limit < 1 || cc.Limit > MaxConcurrency {
+			c.addf("concurrency.limit", "%d: want 1 to %d runs at once", cc.Limit, MaxConcurrency)
+		}
+		if cc.Key != "" {
+			out.ConcurrencyKey = c.expr("concurrency.key", cc.Key, stringOverEvent)
+		}
 	}
 	checkRollout(c, d.Rollout)
 	return out

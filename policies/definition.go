@@ -27,6 +27,8 @@ type Definition struct {
 	// MCPServers are the MCP servers whose admitted tools the agent may
 	// call, each mounted as "<server>.<tool>".
 	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
+	// Concurrency bounds how many of the agent's runs go on at once.
+	Concurrency *Concurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 	// ApplyToRunning makes a new version apply to existing sessions at
 	// their next turn; by default a session keeps the version it started
 	// with.
@@ -143,6 +145,20 @@ type Debounce struct {
 	// Key is a CEL string expression over `event`: events of one session
 	// with different keys are separate bursts (one per pull request of a
 	// repository's session, say). Empty: one burst per session.
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
+}
+
+// Concurrency bounds the runs of an agent that go on at once, across every
+// worker: a run takes a slot before its first step and gives it back when
+// it rests or waits for a human. An event whose run finds no slot free
+// waits in JL_IN, its session queued, and runs in the order events came.
+type Concurrency struct {
+	// Limit is how many runs go on at once: of every session of the
+	// agent together, or per key.
+	Limit int `yaml:"limit" json:"limit"`
+	// Key is a CEL string expression over `event` (the event that starts
+	// the run): runs with the same key share the limit, such as one per
+	// repository. Empty: all the agent's runs share it.
 	Key string `yaml:"key,omitempty" json:"key,omitempty"`
 }
 

@@ -60,6 +60,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "debounce too short", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10ms}\n", field: "triggers[0].debounce.window", msgContain: "want 1s"},
 		{name: "debounce max_wait under the window", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10s, max_wait: 5s}\n", field: "triggers[0].debounce.max_wait", msgContain: "at least the window"},
 		{name: "debounce key not a string", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    debounce: {window: 10s, key: 1 + 2}\n", field: "triggers[0].debounce.key", msgContain: "want string"},
+		{name: "concurrency key does not compile", yaml: head + "concurrency: {limit: 2, key: event.data.repository.full_name +}\n", line: 3, field: "concurrency.key", msgContain: "Syntax error"},
+		{name: "concurrency without a limit", yaml: head + "concurrency: {key: event.source}\n", line: 3, field: "concurrency.limit", msgContain: "want 1 to"},
 		{name: "duplicate trigger", yaml: head + "triggers:\n  - {name: t, when: 'true'}\n  - {name: t, when: 'true'}\n", field: "triggers[1].name", msgContain: "twice"},
 		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "template"},
 		{name: "bad overlap", yaml: head + "schedules:\n  - {name: s, cron: '@hourly', overlap: pile}\n", field: "schedules[0].overlap", msgContain: "skip"},

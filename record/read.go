@@ -34,7 +34,8 @@ type Summary struct {
 	RunTokens  int64   `json:"run_tokens"`
 	RunCostUSD float64 `json:"run_cost_usd"`
 	// WaitingFor is set for blocked sessions: the question, or the call id
-	// of the approval they wait for.
+	// of the approval they wait for; and for queued ones: the concurrency
+	// slot.
 	WaitingFor string `json:"waiting_for,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	// DefinitionVersion is the agent's version the session runs;

@@ -24,6 +24,10 @@ const (
 	StatusBlocked Status = "blocked"
 	// StatusPaused: interrupted; resumes on a resume control message.
 	StatusPaused Status = "paused"
+	// StatusQueued: the session has an event to start a run with (or a
+	// run to continue) and waits for a slot of its agent's concurrency
+	// limit; WaitingFor says which. The event waits in JL_IN.
+	StatusQueued Status = "queued"
 	// StatusDone: the last run ended with the model's answer; a new event
 	// starts another.
 	StatusDone Status = "done"
@@ -40,7 +44,7 @@ const (
 
 // Statuses lists every status, in the order of the constants.
 func Statuses() []Status {
-	return []Status{StatusIdle, StatusWorking, StatusBlocked, StatusPaused, StatusDone, StatusFailed, StatusCancelled, StatusBudgetExceeded}
+	return []Status{StatusIdle, StatusWorking, StatusBlocked, StatusPaused, StatusQueued, StatusDone, StatusFailed, StatusCancelled, StatusBudgetExceeded}
 }
 
 // Known reports whether s is one of Statuses.
@@ -51,8 +55,9 @@ func (s Status) Known() bool { return slices.Contains(Statuses(), s) }
 // session for good.
 func (s Status) Final() bool { return s == StatusCancelled }
 
-// Resting reports whether no run is in progress in status s.
-func (s Status) Resting() bool { return s != StatusWorking }
+// Resting reports whether no run is in progress in status s, and none
+// waits to start or continue (a queued session's event is still to run).
+func (s Status) Resting() bool { return s != StatusWorking && s != StatusQueued }
 
 // Waiting reports whether the session waits for a human or a resume.
 func (s Status) Waiting() bool { return s == StatusBlocked || s == StatusPaused }
@@ -260,6 +265,30 @@ type Standing struct {
 	// Approved is the call an approve let through: its next step runs it
 	// without asking the gates again.
 	Approved string `json:"approved,omitempty"`
+	// Queued is what a queued session waits for.
+	Queued *Queued `json:"queued,omitempty"`
+}
+
+// Slot is a concurrency slot a run holds: one of Limit runs of the agent
+// at once, of its pool (Key "") or of one key's.
+type Slot struct {
+	Key   string `json:"key,omitempty"`
+	Limit int    `json:"limit"`
+}
+
+// Queued is the slot a queued session waits for and its place in line.
+type Queued struct {
+	Slot
+	// Seq is the JL_IN sequence of the event the session waits to start
+	// (or of the one that started the run it waits to continue): sessions
+	// get slots in the order of these.
+	Seq uint64 `json:"seq"`
+	// Run marks a run waiting to continue (resumed, or taken over after
+	// its slot lapsed) rather than an event waiting to start one.
+	Run bool `json:"run,omitempty"`
+	// Was is the status before the session was queued: what it returns
+	// to when the event it waits for turns out not to start a run.
+	Was Status `json:"was,omitempty"`
 }
 
 // Program is the definition a session runs.
@@ -363,6 +392,9 @@ type Work struct {
 	// default target of the tools that answer there. Nil when it names
 	// none.
 	Thread *events.Thread `json:"thread,omitempty"`
+	// Slot is the concurrency slot the current (or last) run holds while
+	// it works; nil when its agent has no concurrency limit.
+	Slot *Slot `json:"slot,omitempty"`
 }
 
 // Fence is who wrote the state last, and when.
@@ -415,6 +447,9 @@ func (s *State) SetStatus(st Status, reason string, now time.Time) {
 	if st != StatusBlocked {
 		s.WaitingFor, s.BlockedCall, s.Approval = "", "", ""
 	}
+	if st != StatusQueued {
+		s.Queued = nil
+	}
 }
 
 // Clone returns a copy of s that shares nothing a settlement changes in
@@ -430,6 +465,14 @@ func (s State) Clone() State {
 	if s.Tick != nil {
 		t := *s.Tick
 		c.Tick = &t
+	}
+	if s.Slot != nil {
+		sl := *s.Slot
+		c.Slot = &sl
+	}
+	if s.Queued != nil {
+		q := *s.Queued
+		c.Queued = &q
 	}
 	return c
 }

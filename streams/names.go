@@ -87,6 +87,10 @@ func (n Names) BucketAgents() string { return n.p() + "_agents" }
 // its guard judges (jl_rollouts).
 func (n Names) BucketRollouts() string { return n.p() + "_rollouts" }
 
+// BucketSlots holds the concurrency slots of agents' runs, with per-key
+// TTL (jl_slots).
+func (n Names) BucketSlots() string { return n.p() + "_slots" }
+
 // BucketSchedules holds schedule health (jl_schedules).
 func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
 
@@ -277,6 +281,17 @@ func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // AgentKey is an agent's key in jl_agents.
 func (n Names) AgentKey(agent string) (string, error) { return agentToken(agent) }
+
+// SlotKey is the key in jl_slots of an agent's concurrency slots for one
+// concurrency key ("" for the agent's pool): <agent>.<key-hash>.
+func (n Names) SlotKey(agent, key string) (string, error) {
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256([]byte(key))
+	return at + "." + hex.EncodeToString(h[:16]), nil
+}
 
 // RolloutKey is an agent's key in jl_rollouts.
 func (n Names) RolloutKey(agent string) (string, error) { return agentToken(agent) }

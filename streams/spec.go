@@ -177,6 +177,8 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: agent definitions", History: DefaultAgentHistory, Storage: st, Replicas: r}, nil),
 		kv(n.BucketRollouts(), "run counts of each agent's rollout, shared by every worker, which its guard judges",
 			jetstream.KeyValueConfig{Description: "jetloop: rollout run counts", History: 1, Storage: st, Replicas: r}, nil),
+		kv(n.BucketSlots(), "concurrency slots of agents' runs and the sessions queued for them (per-key TTL)",
+			jetstream.KeyValueConfig{Description: "jetloop: concurrency slots", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker",
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
 		{

@@ -35,6 +35,12 @@
 // it over; when it ends, its outcome is counted for the rollout's guard and
 // in runs_total by agent and version.
 //
+// A run of an agent with a concurrency limit holds a slot in jl_slots
+// (slot.go) from its first step until it rests, blocks or pauses; an
+// event whose run finds none free stays unconsumed in JL_IN, its session
+// queued, and sessions get slots in the order of their events
+// (concurrency.go).
+//
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
 // step_model.go and step_tool.go (a model call, a tool call), recover.go

@@ -22,6 +22,11 @@ import (
 func (s *session) input(ctx context.Context, in *input) error {
 	next := s.st.Clone()
 	next.InSeq = in.seq
+	if q := next.Queued; next.Status == record.StatusQueued && q != nil && !q.Run {
+		// The event it was queued for is read again: what it does now
+		// decides the status (queue writes the session queued again).
+		next.SetStatus(q.Was, "", time.Now().UTC())
+	}
 	ev, err := events.FromMsg(&nats.Msg{Subject: in.subject, Header: in.header, Data: in.data})
 	if err != nil {
 		if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NotCloudEvent, "not a CloudEvent: "+err.Error()); err != nil {
@@ -106,6 +111,16 @@ func (s *session) input(ctx context.Context, in *input) error {
 	if hops := extInt(ev.Extensions()[events.ExtHops]); next.Limits.MaxHops > 0 && hops > next.Limits.MaxHops {
 		reason := fmt.Sprintf("max_hops %d: event has %d delegation hops", next.Limits.MaxHops, hops)
 		return s.stopBudget(ctx, next, entries, "max_hops", reason)
+	}
+	next.Slot = s.runSlot(ctx, s.def, ev)
+	if next.Slot != nil {
+		g, err := s.takeSlot(ctx, *next.Slot, in.seq)
+		if err != nil {
+			return err
+		}
+		if !g.granted {
+			return s.queue(ctx, *next.Slot, in.seq, false, g.ahead)
+		}
 	}
 	if !tick {
 		// The run is not a tick's: the last tick's timeout and result

@@ -31,6 +31,7 @@ type Metrics struct {
 
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	slots        *prometheus.CounterVec
 
 	versionsMu sync.Mutex
 	newest     map[string]uint64          // the newest version seen, by agent
@@ -97,13 +98,17 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "dead_letters_total",
 			Help: "Inputs sent to JL_DLQ, by result (ok; failed: the input stays unconsumed and comes back).",
 		}, []string{"result"}),
+		slots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "concurrency_slots_total",
+			Help: "Requests of runs for a concurrency slot, by result (granted; queued: none free, the event waits in JL_IN).",
+		}, []string{"result"}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

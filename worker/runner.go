@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,11 @@ type runner struct {
 	// runInSeq the input it started from.
 	runTick  string
 	runInSeq uint64
+
+	slotMu sync.Mutex
+	// slot is the concurrency slot this runner holds for the session's
+	// run, nil when it holds none.
+	slot *record.Slot
 }
 
 // add holds a delivery; a redelivery replaces the earlier one. A control
@@ -203,6 +209,10 @@ func (r *runner) run(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.release(0) // nothing left: only deliveries of a stopping worker
+		case errors.Is(err, errQueued):
+			// The event waits in JL_IN; its session asks again when it
+			// comes back.
+			r.release(queueRetry + rand.N(queueRetry/4))
 		case errors.Is(err, ErrLeased):
 			// The owner reads the session's events from the stream; these
 			// come back later and are acked once consumed.
@@ -226,6 +236,8 @@ func (r *runner) run(ctx context.Context) {
 // more to consume.
 func (r *runner) session(ctx context.Context) error {
 	w := r.w
+	// A slot is held only while the runner runs the session.
+	defer r.giveBackSlot(ctx)
 	// A redelivery of messages already consumed needs no lease; those the
 	// state records consumed are acknowledged even while another worker
 	// runs the session (the last input and the last control message stay
@@ -236,6 +248,9 @@ func (r *runner) session(ctx context.Context) error {
 		if st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
 			(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
 			return nil
+		}
+		if err := r.queuedSlot(ctx, st); err != nil {
+			return err
 		}
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
@@ -317,6 +332,9 @@ func (r *runner) keep(ctx, sctx context.Context, cancel context.CancelCauseFunc,
 			r.pollSupersede(sctx)
 			rctx, rcancel := context.WithTimeout(sctx, every)
 			err := w.leases.renew(rctx, ls)
+			if err == nil {
+				r.renewSlot(rctx)
+			}
 			rcancel()
 			switch {
 			case err == nil:

@@ -102,10 +102,12 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			err = s.controls(sctx)
 		case s.supersededRun(sctx):
 			err = s.endSuperseded(sctx)
+		case s.st.Status == record.StatusQueued && s.st.Queued != nil && s.st.Queued.Run:
+			err = s.continueQueued(sctx)
 		case s.st.Pending != nil:
-			err = s.recover(sctx)
+			err = s.withSlot(sctx, s.recover)
 		case s.st.Status == record.StatusWorking:
-			err = s.next(sctx)
+			err = s.withSlot(sctx, s.next)
 		case s.st.Tick != nil && s.st.Tick.Result == "" && !s.st.Status.Waiting():
 			err = s.recordTickResult(sctx)
 		default:
@@ -163,6 +165,10 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 		if prev == record.StatusWorking {
 			s.runEnded(ctx, next)
 		}
+	}
+	if next.Status != record.StatusWorking {
+		// A run that rests or waits holds no slot.
+		s.r.giveBackSlot(ctx)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type Worker struct {
 	m      *Metrics
 	store  *record.Store
 	leases *leases
+	slots  *slots
 	in     jetstream.Stream
 	ctl    jetstream.Stream
 	// schedules records tick results and holds the breakers.
@@ -84,6 +85,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketLeases(), err)
 	}
 	w.leases = &leases{js: js, kv: lkv, names: cfg.Names, bucket: cfg.Names.BucketLeases(), ttl: cfg.LeaseTTL, owner: cfg.ID}
+	skv, err := js.KeyValue(ctx, cfg.Names.BucketSlots())
+	if err != nil {
+		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketSlots(), err)
+	}
+	w.slots = &slots{js: js, kv: skv, names: cfg.Names, bucket: cfg.Names.BucketSlots(), ttl: cfg.LeaseTTL, owner: cfg.ID}
 	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
 	}

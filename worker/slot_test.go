@@ -1,0 +1,80 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+)
+
+func slotsOf(t *testing.T, owner string, ttl time.Duration) *slots {
+	t.Helper()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	ctx := context.Background()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	names := streams.Default()
+	kv, err := js.KeyValue(ctx, names.BucketSlots())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &slots{js: js, kv: kv, names: names, bucket: names.BucketSlots(), ttl: ttl, owner: owner}
+}
+
+// The slot table of one key: a holder keeps its slot while it renews it
+// and loses it to its TTL when it stops (a dead worker); waiters get
+// slots in the order of their events, whoever asks first.
+func TestSlotTable(t *testing.T) {
+	ctx := context.Background()
+	s := slotsOf(t, "w1", 2*time.Second)
+	slot := record.Slot{Key: "octo/repo", Limit: 1}
+	ref := func(name string) streams.SessionRef { r, _ := streams.NewSessionRef("a", name); return r }
+	want := func(name string, seq uint64, granted bool, ahead int) {
+		t.Helper()
+		g, err := s.acquire(ctx, ref(name), slot, seq)
+		if err != nil || g.granted != granted || g.ahead != ahead {
+			t.Fatalf("%s (seq %d): %+v %v, want granted %v ahead %d", name, seq, g, err, granted, ahead)
+		}
+	}
+	want("dead", 1, true, 0)
+	want("late", 9, false, 0)
+	want("early", 5, false, 0)
+	want("late", 9, false, 1) // early came before it
+	want("dead", 1, true, 0)  // a holder asking again keeps its slot
+
+	// "dead" stops renewing: its slot lapses, and goes to the first in line.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		g, err := s.acquire(ctx, ref("early"), slot, 5)
+		if err != nil {
+			return err
+		}
+		if !g.granted {
+			return fmt.Errorf("not granted yet: %+v", g)
+		}
+		return nil
+	})
+	if held, err := s.renew(ctx, ref("dead"), slot); err != nil || held {
+		t.Fatalf("renew of a lapsed slot: held %v, %v", held, err)
+	}
+	if held, err := s.renew(ctx, ref("early"), slot); err != nil || !held {
+		t.Fatalf("renew: held %v, %v", held, err)
+	}
+	want("late", 9, false, 0)
+	if err := s.release(ctx, ref("early"), slot); err != nil {
+		t.Fatal(err)
+	}
+	want("late", 9, true, 0)
+	if hs, err := s.holders(ctx, "a", slot); err != nil || len(hs) != 1 || hs[0] != "late" {
+		t.Fatalf("holders %v, %v", hs, err)
+	}
+	// Another key has slots of its own.
+	if g, err := s.acquire(ctx, ref("other"), record.Slot{Key: "octo/other", Limit: 1}, 10); err != nil || !g.granted {
+		t.Fatalf("another key: %+v %v", g, err)
+	}
+}
