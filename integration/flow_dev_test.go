@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
 )
 
 // startDev runs `jetloop dev` with one worker and the webhook secret, and
@@ -103,8 +104,14 @@ func TestDevMentionResponderAnswersABurstOnce(t *testing.T) {
 	if !strings.Contains(text, "comment 5 of the burst") || strings.Contains(text, "comment 4") || !strings.Contains(text, "burst of 5 events") || ref["count"] != 5.0 || ref["id"] != "burst-5" {
 		t.Fatalf("the burst's event entry: %v", evs[0])
 	}
+	// The run answers as the shipped script says, to its last entry.
+	ex, err := policies.LoadFile("../examples/mention-responder.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := ex.Definition.Model.Script
 	answers := entriesOf(s, "assistant")
-	if len(answers) != 1 || answers[0]["text"] != "Thanks for the mention, I am on it." {
-		t.Fatalf("answers %v", answers)
+	if len(answers) != len(script) || answers[len(answers)-1]["text"] != script[len(script)-1].Text {
+		t.Fatalf("answers %v, want the script's %d", answers, len(script))
 	}
 }
