@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -57,13 +58,28 @@ func script(ledger string) policies.Model {
 	return m
 }
 
+// reviewerScript is script with, beside each ledger call, a comment on
+// the pull request (github_comment, against the run's fake GitHub): a
+// fault between its POST and its settlement must not post it twice.
+func reviewerScript(ledger string) policies.Model {
+	m := script(ledger)
+	for i := range m.Script {
+		if len(m.Script[i].ToolCalls) > 0 {
+			m.Script[i].ToolCalls = append(m.Script[i].ToolCalls, policies.ScriptToolCall{
+				Name: "github_comment", Args: map[string]any{"body": fmt.Sprintf("Reviewed, step %d.", i/2)}})
+		}
+	}
+	return m
+}
+
 // definitions are the run's agents; without schedules, the ticker stops
-// ticking (the cron reconcilers remove its schedule messages).
-func definitions(ledger string, schedules bool) []policies.Definition {
+// ticking (the cron reconcilers remove its schedule messages). gh is how
+// the reviewer reaches GitHub.
+func definitions(ledger string, schedules bool, gh *ghapp.Settings) []policies.Definition {
 	budget := policies.Budget{MaxTurns: 100_000, Deadline: policies.Duration(5 * time.Minute)}
 	defs := []policies.Definition{
 		{
-			Name: agentReviewer, Model: script(ledger), Tools: []string{"shell"}, Budget: budget,
+			Name: agentReviewer, Model: reviewerScript(ledger), Tools: []string{"shell", "github_comment"}, Budget: budget, GitHub: gh,
 			Triggers: []policies.Trigger{{
 				Name:    "pr",
 				When:    `event.type in ["com.github.pull_request.opened", "com.github.pull_request.synchronize"]`,
@@ -86,12 +102,12 @@ func definitions(ledger string, schedules bool) []policies.Definition {
 }
 
 // storeAgents validates and stores the run's agents in jl_agents.
-func storeAgents(ctx context.Context, js jetstream.JetStream, names streams.Names, ledger string, schedules bool) error {
+func storeAgents(ctx context.Context, js jetstream.JetStream, names streams.Names, ledger string, schedules bool, gh *ghapp.Settings) error {
 	store, err := policies.NewStore(ctx, js, names)
 	if err != nil {
 		return err
 	}
-	for _, d := range definitions(ledger, schedules) {
+	for _, d := range definitions(ledger, schedules, gh) {
 		if _, err := policies.Compile(d); err != nil {
 			return fmt.Errorf("agent %s: %w", d.Name, err)
 		}

@@ -102,7 +102,7 @@ func run(t *testing.T, workload, quiet time.Duration) {
 		}
 	}
 	w.resumeAll(ctx)
-	if err := retry(ctx, 30*time.Second, func(ctx context.Context) error { return storeAgents(ctx, s.js, s.names, s.ledger, false) }); err != nil {
+	if err := retry(ctx, 30*time.Second, func(ctx context.Context) error { return storeAgents(ctx, s.js, s.names, s.ledger, false, s.github) }); err != nil {
 		t.Fatalf("remove the schedules: %v", err)
 	}
 	sent := w.deliveries()

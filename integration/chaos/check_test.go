@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
+	"github.com/jetloop/jetloop/internal/ghfake"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -128,10 +131,18 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 	}
 	for k, tr := range r.sessions {
 		for _, e := range tr.Transcript {
-			if e.Kind == record.KindToolResult && !e.IsError && seen[k.agent+" "+k.session+" "+e.CallID] == 0 {
+			if e.Kind == record.KindToolResult && e.Name == "shell" && !e.IsError && seen[k.agent+" "+k.session+" "+e.CallID] == 0 {
 				r.violate(k, "tool result %s says the call ran, but the ledger has no line for it", e.CallID)
 			}
 		}
+	}
+
+	// No GitHub comment was posted twice for one call: every comment
+	// carries its call's marker, no marker appears twice, every marker is
+	// a call some transcript records, and every result that says it posted
+	// names a comment GitHub has.
+	if s.gh != nil {
+		checkComments(r, s.gh.Comments("", 0), calls)
 	}
 
 	// Every event answered 2xx was processed, once.
@@ -318,4 +329,54 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+var (
+	markerRE = regexp.MustCompile(`<!-- jetloop:([^ ]+) -->`)
+	postedRE = regexp.MustCompile(`^posted comment (\d+) `)
+)
+
+// checkComments holds the fake GitHub's comments against the transcripts'
+// calls ("agent session call").
+func checkComments(r *report, comments []ghfake.Comment, calls map[string]bool) {
+	r.add("github comments", len(comments))
+	byMarker := map[string]int{}
+	ids := map[string]bool{}
+	for _, c := range comments {
+		ids[strconv.FormatInt(c.ID, 10)] = true
+		m := markerRE.FindStringSubmatch(c.Body)
+		if m == nil {
+			r.violate(ref{agentReviewer, c.Repo + "#" + strconv.Itoa(c.Number)}, "comment %d has no marker: %q", c.ID, c.Body)
+			continue
+		}
+		byMarker[m[1]]++
+	}
+	for m, n := range byMarker {
+		// agent/session/call, the session holding '/' itself.
+		agent, rest, _ := strings.Cut(m, "/")
+		i := strings.LastIndex(rest, "/")
+		if i < 0 {
+			r.violate(ref{agent, rest}, "marker %q names no call", m)
+			continue
+		}
+		k := ref{agent, rest[:i]}
+		if n > 1 {
+			r.violate(k, "GitHub comment posted %d times for call %s", n, rest[i+1:])
+		}
+		if !calls[agent+" "+rest[:i]+" "+rest[i+1:]] {
+			r.violate(k, "comment marker %q is no tool call of any transcript", m)
+		}
+	}
+	for k, tr := range r.sessions {
+		for _, e := range tr.Transcript {
+			if e.Kind != record.KindToolResult || e.Name != "github_comment" || e.IsError {
+				continue
+			}
+			r.add("github_comment results", 1)
+			m := postedRE.FindStringSubmatch(e.Result)
+			if m == nil || !ids[m[1]] {
+				r.violate(k, "github_comment result %s %q names no comment GitHub has", e.CallID, e.Result)
+			}
+		}
+	}
 }

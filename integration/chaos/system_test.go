@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/ghapp"
+	"github.com/jetloop/jetloop/internal/ghfake"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -52,6 +54,9 @@ type system struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	names  streams.Names
+	// gh is the fake GitHub the reviewer comments on, github its settings.
+	gh     *ghfake.Server
+	github *ghapp.Settings
 }
 
 // all returns every process.
@@ -82,6 +87,9 @@ func startSystem(t *testing.T, ctx context.Context, cfg config, dir string) *sys
 	if err := os.WriteFile(s.ledger, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	s.gh = ghfake.New(t)
+	s.gh.AddInstallation(1, repo)
+	s.github = &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: s.gh.WriteKey(t, dir), BaseURL: s.gh.URL()}
 	logs := filepath.Join(dir, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		t.Fatal(err)
@@ -144,7 +152,7 @@ func startSystem(t *testing.T, ctx context.Context, cfg config, dir string) *sys
 	}); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	if err := retry(ctx, 30*time.Second, func(ctx context.Context) error { return storeAgents(ctx, s.js, s.names, s.ledger, true) }); err != nil {
+	if err := retry(ctx, 30*time.Second, func(ctx context.Context) error { return storeAgents(ctx, s.js, s.names, s.ledger, true, s.github) }); err != nil {
 		t.Fatalf("store the agents: %v", err)
 	}
 
