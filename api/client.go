@@ -95,6 +95,11 @@ func (c *Client) Schedules(ctx context.Context, req SchedulesRequest) (Schedules
 	return call[SchedulesResponse](ctx, c, EndpointSchedules, req)
 }
 
+// DLQ lists, shows or redrives dead letters.
+func (c *Client) DLQ(ctx context.Context, req DLQRequest) (DLQResponse, error) {
+	return call[DLQResponse](ctx, c, EndpointDLQ, req)
+}
+
 // Events reads recent admission decisions.
 func (c *Client) Events(ctx context.Context, req EventsRequest) (EventsResponse, error) {
 	return call[EventsResponse](ctx, c, EndpointEvents, req)

@@ -1,8 +1,8 @@
 // Package api is the runtime API: the NATS micro service "jetloop" on
 // jl.api.<endpoint>, with one endpoint per CLI verb (agents, apply, send,
 // status, show, steer, interrupt, resume, cancel, approve, deny, fork,
-// schedules, events, and an agent's versions: history, definition, diff,
-// rollback, rollout), and the HTTP routes that expose the same operations
+// schedules, events, dlq, and an agent's versions: history, definition,
+// diff, rollback, rollout), and the HTTP routes that expose the same operations
 // (POST /v1/agents/{agent}/sessions/{session}/control, GET /v1/sessions).
 //
 // The CLI is one client of it (Client); an orchestrating agent is another:

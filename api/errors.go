@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -77,8 +78,10 @@ func classify(err error) *Error {
 		return e
 	case errors.Is(err, control.ErrInvalid), errors.Is(err, policies.ErrInvalid):
 		return &Error{Code: http.StatusBadRequest, Message: err.Error()}
-	case errors.Is(err, record.ErrNotFound), errors.Is(err, policies.ErrNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound), errors.Is(err, policies.ErrNotFound), errors.Is(err, schedule.ErrNotFound), errors.Is(err, dlq.ErrNotFound):
 		return &Error{Code: http.StatusNotFound, Message: err.Error()}
+	case errors.Is(err, dlq.ErrNoReadmit):
+		return &Error{Code: http.StatusServiceUnavailable, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return &Error{Code: http.StatusGatewayTimeout, Message: err.Error()}
 	case errors.Is(err, context.Canceled), errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -51,6 +52,7 @@ func (s *Service) ops() map[string]op {
 		EndpointShow:      handle(s.show),
 		EndpointSchedules: handle(s.listSchedules),
 		EndpointEvents:    handle(s.events),
+		EndpointDLQ:       handle(s.deadLetters),
 	}
 	for _, v := range control.Verbs() {
 		ops[string(v)] = handle(func(ctx context.Context, req ControlRequest) (ControlResponse, error) {
@@ -339,4 +341,77 @@ func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse
 		out.Records, out.Truncated = recs[len(recs)-n:], true
 	}
 	return out, nil
+}
+
+func (s *Service) deadLetters(ctx context.Context, req DLQRequest) (DLQResponse, error) {
+	f := dlq.Filter{Reason: dlq.Reason(req.Reason), Since: req.Since, Agent: req.Agent, From: req.From, Limit: req.Limit}
+	if req.Reason != "" {
+		if _, err := dlq.ParseReason(req.Reason); err != nil {
+			return DLQResponse{}, errorf(http.StatusBadRequest, "dlq: %v", err)
+		}
+	}
+	switch req.Action {
+	case "":
+		if req.Limit < 0 || req.Limit > dlq.MaxLimit {
+			return DLQResponse{}, errorf(http.StatusBadRequest, "dlq: limit %d: want 1 to %d", req.Limit, dlq.MaxLimit)
+		}
+		ls, next, err := dlq.List(ctx, s.js, s.names, f)
+		if err != nil {
+			return DLQResponse{}, err
+		}
+		if ls == nil {
+			ls = []dlq.Letter{}
+		}
+		out := DLQResponse{Letters: ls, Next: next}
+		if n := fit(ls, s.cfg.MaxResponse-1024); n < len(ls) {
+			out.Letters, out.Next = ls[:n], ls[n].Seq
+		}
+		return out, nil
+	case DLQShow:
+		if len(req.Seqs) != 1 {
+			return DLQResponse{}, errorf(http.StatusBadRequest, "dlq show: name one letter by its sequence (seqs: [N])")
+		}
+		l, err := dlq.Get(ctx, s.js, s.names, req.Seqs[0])
+		if err != nil {
+			return DLQResponse{}, err
+		}
+		return DLQResponse{Letters: []dlq.Letter{l}}, nil
+	case DLQRedrive:
+		seqs := req.Seqs
+		if len(seqs) == 0 {
+			if req.Reason == "" && req.Since.IsZero() && req.Agent == "" {
+				return DLQResponse{}, errorf(http.StatusBadRequest, "dlq redrive: name letters by sequence, or select them by reason, since or agent")
+			}
+			if f.Limit == 0 {
+				f.Limit = MaxRedrive
+			}
+			if f.Limit < 0 || f.Limit > MaxRedrive {
+				return DLQResponse{}, errorf(http.StatusBadRequest, "dlq redrive: limit %d: want 1 to %d", req.Limit, MaxRedrive)
+			}
+			ls, _, err := dlq.List(ctx, s.js, s.names, f)
+			if err != nil {
+				return DLQResponse{}, err
+			}
+			for _, l := range ls {
+				seqs = append(seqs, l.Seq)
+			}
+		}
+		if len(seqs) > MaxRedrive {
+			return DLQResponse{}, errorf(http.StatusBadRequest, "dlq redrive: %d letters, at most %d at once", len(seqs), MaxRedrive)
+		}
+		out := DLQResponse{Letters: []dlq.Letter{}, Redriven: []dlq.Redriven{}}
+		for _, seq := range seqs {
+			r, err := s.redriver.Redrive(ctx, seq)
+			if err != nil {
+				if len(out.Redriven) > 0 {
+					err = fmt.Errorf("%w (letters redriven before it: %d)", err, len(out.Redriven))
+				}
+				return out, err
+			}
+			out.Redriven = append(out.Redriven, r)
+			s.log.Info("dead letter redriven", "letter", seq, "subject", r.Subject, "seq", r.Seq, "admitted", len(r.Admitted), "duplicate", r.Duplicate)
+		}
+		return out, nil
+	}
+	return DLQResponse{}, errorf(http.StatusBadRequest, "dlq: unknown action %q (want %s or %s)", req.Action, DLQShow, DLQRedrive)
 }

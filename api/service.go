@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
@@ -51,6 +52,10 @@ type Config struct {
 	MaxResponse int
 	Log         *slog.Logger
 	Metrics     *Metrics
+	// Readmit redrives dead letters of admission through the ingest's
+	// admission; nil (a process without the ingest) refuses them with
+	// 503.
+	Readmit dlq.Readmit
 	// Catalogs records, at apply, what a definition's MCP servers offer
 	// (their admitted tools' descriptions and schemas); default an
 	// mcp.Pool with default options, which connects to each server from
@@ -108,6 +113,7 @@ type Service struct {
 	sessions  jetstream.KeyValue
 	ctl       jetstream.Stream
 	in        jetstream.Stream
+	redriver  *dlq.Redriver
 }
 
 // New binds a service to the deployment's streams and buckets, which
@@ -137,8 +143,12 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("api: open stream %s: %w", cfg.Names.StreamIn(), err)
 	}
+	redriver, err := dlq.NewRedriver(ctx, js, cfg.Names, cfg.Readmit)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics,
-		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in}, nil
+		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver}, nil
 }
 
 // Run serves the micro service until ctx ends, then stops it: its

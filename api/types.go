@@ -5,6 +5,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -20,6 +21,7 @@ const (
 	EndpointShow      = "show"
 	EndpointSchedules = "schedules"
 	EndpointEvents    = "events"
+	EndpointDLQ       = "dlq"
 	// Every control.Verb is an endpoint too: steer, interrupt, resume,
 	// cancel, approve, deny and fork.
 )
@@ -30,7 +32,7 @@ func Endpoints() []string {
 	for _, v := range control.Verbs() {
 		out = append(out, string(v))
 	}
-	out = append(out, EndpointSchedules, EndpointEvents)
+	out = append(out, EndpointSchedules, EndpointEvents, EndpointDLQ)
 	return append(out, EndpointHistory, EndpointDefinition, EndpointDiff, EndpointRollback, EndpointRollout)
 }
 
@@ -198,4 +200,39 @@ type EventsResponse struct {
 	Records   []admission.Record `json:"records"`
 	Changes   []policies.Event   `json:"changes"`
 	Truncated bool               `json:"truncated,omitempty"`
+}
+
+// Dead letter actions.
+const (
+	DLQShow    = "show"
+	DLQRedrive = "redrive"
+)
+
+// MaxRedrive bounds the letters one redrive request puts back.
+const MaxRedrive = 1000
+
+// DLQRequest lists dead letters (no Action), shows one, or redrives some.
+type DLQRequest struct {
+	// Action is "" (list), "show" or "redrive".
+	Action string `json:"action,omitempty"`
+	// Seqs are the letters (JL_DLQ sequences) to show (one) or redrive.
+	Seqs []uint64 `json:"seqs,omitempty"`
+	// Reason, Since and Agent select letters to list, or to redrive when
+	// no Seqs are given (a redrive by filter needs at least one of them).
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	Agent  string    `json:"agent,omitempty"`
+	// From pages a listing: the Next of the previous page.
+	From uint64 `json:"from,omitempty"`
+	// Limit bounds a listing (default 50, at most 1000) and a redrive by
+	// filter (default and at most 1000).
+	Limit int `json:"limit,omitempty"`
+}
+
+// DLQResponse holds the letters listed or shown, and what a redrive did.
+type DLQResponse struct {
+	Letters []dlq.Letter `json:"letters"`
+	// Next is the From of the next page of a listing; 0: the last page.
+	Next     uint64         `json:"next,omitempty"`
+	Redriven []dlq.Redriven `json:"redriven,omitempty"`
 }

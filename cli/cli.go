@@ -46,6 +46,7 @@ func commands() []command {
 	cs = append(cs, workerCommands()...)
 	cs = append(cs, controlCommands()...)
 	cs = append(cs, benchCommands()...)
+	cs = append(cs, dlqCommands()...)
 	return append(cs, cronCommands()...)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
@@ -44,6 +45,9 @@ type Runtime struct {
 
 	// gate is the HTTP listener's, shared by every receiver on Mux.
 	gate *gate.Gate
+	// readmit is the ingest's, when this process runs one: the API
+	// redrives dead letters of admission through it.
+	readmit dlq.Readmit
 }
 
 // Gate is the gate every HTTP receiver on rt.Mux shares, made with its

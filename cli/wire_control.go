@@ -122,7 +122,7 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if err := metrics.Register(prometheus.DefaultRegisterer); err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
-	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics})
+	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit})
 	if err != nil {
 		return nil, err
 	}

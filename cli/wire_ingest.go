@@ -122,6 +122,7 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		return nil, err
 	}
 	srv.Mount(rt.Mux)
+	rt.readmit = srv.Readmit
 	mountMetrics(rt.Mux)
 	rt.Health.Add("definitions", func() error {
 		if !rules.IsSynced() {

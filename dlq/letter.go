@@ -111,11 +111,30 @@ func New(names streams.Names, reason Reason, detail, subject string, seq uint64,
 	return m, nil
 }
 
+// directGet are the headers the server adds to a message read by direct
+// get (as the worker reads its inputs): they describe where the copy was
+// read from, not the message.
+var directGet = []string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence"}
+
+// isDirectGet reports whether k is one of directGet.
+func isDirectGet(k string) bool {
+	for _, d := range directGet {
+		if strings.EqualFold(k, d) {
+			return true
+		}
+	}
+	return false
+}
+
 // Header copies h for a dead letter: every Nats-* header but the message
-// id moves under an OrigPrefix name.
+// id moves under an OrigPrefix name; those a direct get added are left
+// out.
 func Header(h nats.Header) nats.Header {
 	out := nats.Header{}
 	for k, v := range h {
+		if isDirectGet(k) {
+			continue
+		}
 		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr) {
 			k = OrigPrefix + k
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jetloop/jetloop/admission"
 )
@@ -21,6 +22,9 @@ func Admit(adm *admission.Admitter) Middleware {
 				return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 			case err != nil:
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			if d.Only != "" {
+				ds = slices.DeleteFunc(ds, func(x admission.Decision) bool { return x.Agent != d.Only })
 			}
 			d.Decisions = ds
 			return next(ctx, d)

@@ -18,6 +18,9 @@ type Delivery struct {
 	Receiver string
 	// Decisions are admission's, set by the Admit step.
 	Decisions []admission.Decision
+	// Only, when set, keeps the decisions of that agent alone (a redrive
+	// of a dead letter of admission for one agent's rule).
+	Only string
 }
 
 // Result is what the sender is told, as JSON.

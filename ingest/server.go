@@ -121,7 +121,9 @@ type Server struct {
 	log    *slog.Logger
 	m      *Metrics
 	handle Handler
-	gate   *gate.Gate
+	// readmit is the pipeline of a redriven dead letter of admission.
+	readmit Handler
+	gate    *gate.Gate
 }
 
 // New assembles the receivers over the pipeline.
@@ -139,7 +141,32 @@ func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, gate: g}
 	s.handle = s.pipeline(js, store, adm)
+	s.readmit = Chain(
+		Publish(js, adm, s.cfg.Names, s.m, WithClaimCheck(s.cfg.MaxEventSize)),
+		Admit(adm),
+	)
 	return s, nil
+}
+
+// Readmit runs e, an event admission could not decide for agent (a dead
+// letter being redriven), through admission again for that agent alone
+// and publishes what it admits, with the Nats-Msg-Id the first admission
+// would have used, so the other agents the event reached get nothing
+// twice. It returns the sessions it went to, as "agent/session" (none
+// when the agent's triggers now reject it, which the audit records). It
+// skips the jl_dedupe layer, which remembers the event as handled; the
+// redrive is deduplicated by the dead letter instead (dlq.Redriver).
+func (s *Server) Readmit(ctx context.Context, e event.Event, agent string) ([]string, error) {
+	d := &Delivery{Event: e, Receiver: "redrive", Only: agent}
+	res, err := s.readmit(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(res.Admitted))
+	for _, t := range res.Admitted {
+		out = append(out, t.Agent+"/"+t.Session)
+	}
+	return out, nil
 }
 
 // pipeline is the whole path of an event once its receiver has verified

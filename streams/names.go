@@ -208,8 +208,8 @@ func (n Names) CtlAgent(agent string) (string, error) {
 
 // Subjects of JL_DLQ and JL_AUDIT.
 
-// DLQ is the dead letter subject for a reason such as "admission" or
-// "worker": jl.dlq.<reason>.
+// DLQ is the dead letter subject for a reason such as "no_session" (the
+// reasons are package dlq's): jl.dlq.<reason>.
 func (n Names) DLQ(reason string) (string, error) {
 	t, err := events.EncodeToken(reason)
 	if err != nil {
@@ -377,6 +377,19 @@ func (n Names) ParseSession(subject string) (SessionRef, error) {
 		return SessionRef{}, fmt.Errorf("streams: %w: %q has kind %q", ErrBadSubject, subject, parts[1])
 	}
 	return parseRef(subject, parts[2], parts[3])
+}
+
+// DLQReason returns the reason a dead letter subject (DLQ) names.
+func (n Names) DLQReason(subject string) (string, error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 3 || parts[0] != n.p() || parts[1] != "dlq" {
+		return "", fmt.Errorf("streams: %w: %q is not %s.dlq.<reason>", ErrBadSubject, subject, n.p())
+	}
+	r, err := events.DecodeToken(parts[2])
+	if err != nil {
+		return "", fmt.Errorf("streams: %w: %q: reason: %w", ErrBadSubject, subject, err)
+	}
+	return r, nil
 }
 
 // ParseSessionKey returns the session a jl_sessions or jl_leases key names.

@@ -1,6 +1,10 @@
 package tools
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Outcomes of a call, the outcome label of jetloop_tool_calls_total.
 const (
@@ -44,10 +48,24 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.calls, m.seconds, m.blobs, m.probes} {
-		if err := reg.Register(c); err != nil {
+	for _, c := range []**prometheus.CounterVec{&m.calls, &m.blobs, &m.probes} {
+		if err := adopt(reg, c); err != nil {
 			return err
 		}
 	}
-	return nil
+	return adopt(reg, &m.seconds)
+}
+
+// adopt registers *c with reg; one registered already (a second registry
+// of tools in one process, as a test runs several) is shared.
+func adopt[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return err
 }

@@ -1,6 +1,10 @@
 package mcp
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	connects       *prometheus.CounterVec
@@ -42,10 +46,27 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.connects, m.connectSeconds, m.open, m.reconnects, m.calls, m.changes} {
-		if err := reg.Register(c); err != nil {
+	for _, c := range []**prometheus.CounterVec{&m.connects, &m.reconnects, &m.calls, &m.changes} {
+		if err := adopt(reg, c); err != nil {
 			return err
 		}
 	}
-	return nil
+	if err := adopt(reg, &m.connectSeconds); err != nil {
+		return err
+	}
+	return adopt(reg, &m.open)
+}
+
+// adopt registers *c with reg; one registered already (a second pool in
+// one process, as a test runs several) is shared.
+func adopt[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			*c = existing
+			return nil
+		}
+	}
+	return err
 }
