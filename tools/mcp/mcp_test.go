@@ -582,3 +582,35 @@ func alive(pid int) bool {
 	}
 	return false
 }
+
+func admitB(b testing.TB, p *mcp.Pool, servers ...policies.MCPServer) policies.Definition {
+	b.Helper()
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"}, MCPServers: servers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.Admit(ctx, c, "a.yaml"); err != nil {
+		b.Fatal(err)
+	}
+	return c.Definition
+}
+
+func toolByName(b testing.TB, p *mcp.Pool, def policies.Definition, name string) tools.Tool {
+	b.Helper()
+	for _, t := range p.Tools(def) {
+		if t.Spec().Name == name {
+			return t
+		}
+	}
+	b.Fatalf("no tool %s", name)
+	return nil
+}
+
+func callOf(session, args string) tools.Call {
+	return tools.Call{ID: "c1", Args: json.RawMessage(args), Agent: "a", Session: session}
+}
+
+func sessionName(i int) string { return fmt.Sprintf("s%d", i) }
+

@@ -26,8 +26,8 @@ const (
 	DefaultBaseBackoff  = 100 * time.Millisecond
 	DefaultMaxBackoff   = 10 * time.Second
 	DefaultMaxAttempts  = 8
-	DefaultConnectRate  = 20
-	DefaultConnectBurst = 5
+	DefaultConnectRate  = 50
+	DefaultConnectBurst = 10
 	DefaultStopGrace    = 2 * time.Second
 	// DefaultMaxMessage bounds one message from a server (a tool result,
 	// say): a larger one breaks the connection.

@@ -187,6 +187,21 @@ func (r *Recorder) Wait(t testing.TB, kind, tool string, timeout time.Duration) 
 	}
 }
 
+// WaitN waits until n events of a kind and tool ("" for any tool) were
+// recorded, failing the test after timeout.
+func (r *Recorder) WaitN(t testing.TB, kind, tool string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for r.Count(kind, tool) < n {
+		select {
+		case <-r.notify:
+		case <-deadline.C:
+			t.Fatalf("mcptest: %d of %d %s events for tool %q within %s", r.Count(kind, tool), n, kind, tool, timeout)
+		}
+	}
+}
+
 // HTTP serves a server over Streamable HTTP on a loopback port until the
 // test ends, and returns its endpoint URL. It may be stopped (Stop) and
 // started again on the same address (Start), as a server restart.
