@@ -613,4 +613,3 @@ func callOf(session, args string) tools.Call {
 }
 
 func sessionName(i int) string { return fmt.Sprintf("s%d", i) }
-
