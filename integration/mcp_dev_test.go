@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -360,5 +361,44 @@ mcp_servers:
 				t.Fatalf("slow reached the server %d times, want %d", n, tt.calls)
 			}
 		})
+	}
+}
+
+// TestREADMEMCPExample runs the README's MCP example as its reader does:
+// the SDK's example stdio server on PATH, `jetloop dev`, `jetloop apply`
+// of the README's definition, `jetloop send --wait`.
+func TestREADMEMCPExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs jetloop")
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "<!-- mcp-example -->\n```yaml\n")
+	yaml, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README has no MCP example")
+	}
+	bin := buildJetloop(t)
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "hello"), "github.com/modelcontextprotocol/go-sdk/examples/server/hello")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the SDK's hello server: %v\n%s", err, out)
+	}
+	t.Setenv("PATH", os.Getenv("PATH")+string(os.PathListSeparator)+dir)
+	t.Setenv("JETLOOP_WORK_DIR", t.TempDir())
+	p := startProc(t, bin, devArgs(t.TempDir())...)
+	url := p.waitReady(time.Minute)["nats"]
+	if out := apply(t, bin, url, yaml); !strings.Contains(out, "mcp server hello: admitted greet") {
+		t.Fatalf("apply printed %q", out)
+	}
+	if _, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "--timeout", "1m", "greeter", "s1", "hi"); err != nil {
+		t.Fatalf("%v\ndev stderr:\n%s", err, p.Stderr())
+	}
+	s := waitStatus(t, bin, url, "greeter/s1", "done")
+	rs := results(s)
+	if len(rs) != 1 || rs[0]["name"] != "hello.greet" || rs[0]["result"] != "Hi Ada" {
+		t.Fatalf("results %v", rs)
 	}
 }

@@ -4,6 +4,12 @@
 // tools workers run, schedule patterns by the reconciler's own parser,
 // fields earlier releases took), and the versioned store in jl_agents.
 //
+// mcp_servers are validated here (names, url or command, headers_env,
+// the admitted tools, replay_safe, timeout); the catalog of what each
+// server says of its admitted tools is recorded into the definition at
+// apply by tools/mcp (MCPServer.Catalog), and the store refuses a
+// definition without it (CheckCatalogs).
+//
 // The store numbers each agent's versions 1, 2, 3 … (Record: who applied
 // it, when, from which file, its content hash), creates none for a
 // definition equal to the newest, and keeps rollbacks as new versions

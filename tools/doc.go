@@ -2,7 +2,9 @@
 // replay-safe flag, statefulness class, timeout), the registry, argument
 // validation against the schema, and the built-in tools: http_get,
 // http_request, shell, ask_human, read_blob (and, as they come,
-// github_comment, delegate and MCP tools).
+// delegate). MCP servers' tools are tools/mcp's; Registry.Mount runs such
+// a tool, whose spec is known only from an agent's definition, under the
+// registry's rules.
 //
 // Names lists the tools workers run; definitions are checked against it
 // when they are applied, so a tool a worker gains belongs in Builtins.

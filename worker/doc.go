@@ -48,6 +48,12 @@
 // before a step), end.go (a run ended early: its open calls answered),
 // outcome.go (a run's outcome, counted).
 //
+// The tools of a definition's mcp_servers ("server.tool") are called
+// through a tools/mcp Pool the worker owns: one connection per session and
+// server, closed when the session's runner ends (it rests, or runs
+// elsewhere); a catalog change the pool finds is written to JL_AUDIT
+// (jl.audit.mcp_catalog.<agent>).
+//
 // The durable record itself (State, Entry, Intent, the store) and its
 // readers (List, Show, Follow) are record/'s.
 //
