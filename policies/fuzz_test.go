@@ -15,7 +15,7 @@ import (
 // panic, and everything it refuses is an ErrInvalid with positioned
 // problems.
 func FuzzParse(f *testing.F) {
-	for _, p := range []string{"testdata/pr-reviewer.yaml", "testdata/bad-cel.yaml", "testdata/canary.yaml"} {
+	for _, p := range []string{"testdata/pr-reviewer.yaml", "testdata/bad-cel.yaml", "testdata/canary.yaml", "testdata/mcp-servers.yaml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
