@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
@@ -38,13 +40,15 @@ type crashPoint struct {
 
 // childSpec is what a child worker runs.
 type childSpec struct {
-	URL     string              `json:"url"`
-	ID      string              `json:"id"`
-	Def     policies.Definition `json:"def"`
-	Ledger  string              `json:"ledger"`
-	Safe    bool                `json:"safe"`
-	CrashAt *crashPoint         `json:"crash_at,omitempty"`
-	WorkDir string              `json:"work_dir"`
+	URL    string              `json:"url"`
+	ID     string              `json:"id"`
+	Def    policies.Definition `json:"def"`
+	Ledger string              `json:"ledger"`
+	Safe   bool                `json:"safe"`
+	// Calls is a file every model call of every process appends a line to.
+	Calls   string      `json:"calls"`
+	CrashAt *crashPoint `json:"crash_at,omitempty"`
+	WorkDir string      `json:"work_dir"`
 }
 
 // Timings that make a crashed worker's lease and deliveries come back
@@ -86,6 +90,10 @@ func TestWorkerChild(t *testing.T) {
 		LeaseTTL:    childLeaseTTL,
 		AckWait:     childAckWait,
 		WorkDir:     spec.WorkDir,
+		Models: func(m policies.Model) (model.Model, error) {
+			inner, err := worker.ScriptedOnly(m)
+			return countedModel{inner: inner, path: spec.Calls}, err
+		},
 	}
 	if cp := spec.CrashAt; cp != nil {
 		var once sync.Once
@@ -111,6 +119,39 @@ func TestWorkerChild(t *testing.T) {
 	if err := w.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// countedModel appends a line to a file shared by every process before
+// each call of its model.
+type countedModel struct {
+	inner model.Model
+	path  string
+}
+
+func (m countedModel) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	f, err := os.OpenFile(m.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return model.Response{}, err
+	}
+	_, err = fmt.Fprintln(f, "call")
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		return model.Response{}, err
+	}
+	return m.inner.Complete(ctx, req)
+}
+
+// modelCalls counts the model calls every process made.
+func (e *crashEnv) modelCalls(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.dir, "calls"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
 }
 
 // childWriter adapts a func to io.Writer.
@@ -264,7 +305,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 }
 
 func (e *crashEnv) spec(id string, def policies.Definition, safe bool, at *crashPoint) childSpec {
-	return childSpec{URL: e.url, ID: id, Def: def, Ledger: filepath.Join(e.dir, "ledger"), Safe: safe, CrashAt: at, WorkDir: filepath.Join(e.dir, "work")}
+	return childSpec{URL: e.url, ID: id, Def: def, Ledger: filepath.Join(e.dir, "ledger"), Calls: filepath.Join(e.dir, "calls"), Safe: safe, CrashAt: at, WorkDir: filepath.Join(e.dir, "work")}
 }
 
 func (e *crashEnv) send(t *testing.T, agent, session, text string) streams.SessionRef {
@@ -324,6 +365,36 @@ func checkOneResult(t *testing.T, tr record.Transcript) map[string]record.Entry 
 	return results
 }
 
+// checkTranscript asserts the transcript is one story: ids from 1 in
+// order, every tool call after an answer and before its result, and one
+// answer per turn.
+func checkTranscript(t *testing.T, tr record.Transcript) {
+	t.Helper()
+	answers := map[int]int{}
+	open := map[string]bool{}
+	for i, e := range tr.Transcript {
+		if e.ID != uint64(i+1) {
+			t.Errorf("entry %d has id %d", i+1, e.ID)
+		}
+		switch e.Kind {
+		case record.KindAssistant:
+			answers[e.Turn]++
+		case record.KindToolCall:
+			open[e.CallID] = true
+		case record.KindToolResult:
+			if !open[e.CallID] {
+				t.Errorf("result of call %s before (or without) its call", e.CallID)
+			}
+			delete(open, e.CallID)
+		}
+	}
+	for turn, n := range answers {
+		if n != 1 {
+			t.Errorf("turn %d has %d answers", turn, n)
+		}
+	}
+}
+
 func crashDef() policies.Definition {
 	return policies.Definition{
 		Name:  "crash",
@@ -354,18 +425,31 @@ func TestWorkerCrashRecovery(t *testing.T) {
 		runs         int  // executions of the tool call
 		synthetic    bool // its result is the synthetic error
 		unknownUsage int
+		modelCalls   int // made by both processes (2 without a crash)
 	}{
-		{name: "model before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepModel, Step: 1}, runs: 1},
-		{name: "model after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepModel, Step: 1}, runs: 1, unknownUsage: 1},
-		{name: "model after call", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepModel, Step: 3}, runs: 1, unknownUsage: 1},
-		{name: "model after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepModel, Step: 1}, runs: 1},
-		{name: "tool before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepTool, Step: 2}, runs: 1},
-		{name: "unsafe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, runs: 0, synthetic: true},
-		{name: "unsafe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, runs: 1, synthetic: true},
-		{name: "tool after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepTool, Step: 2}, runs: 1},
-		{name: "safe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, safe: true, runs: 1},
-		{name: "safe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, safe: true, runs: 2},
-		{name: "after the run, before the ack", at: crashPoint{Phase: worker.PhaseAck, Step: 3}, runs: 1},
+		{name: "model before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepModel, Step: 1}, runs: 1, modelCalls: 2},
+		{name: "model after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepModel, Step: 1}, runs: 1, unknownUsage: 1, modelCalls: 2},
+		{name: "model after call", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepModel, Step: 3}, runs: 1, unknownUsage: 1, modelCalls: 3},
+		// The answer and its tool call are two creates: with only the
+		// first stored, the settlement is not whole; the call is remade.
+		{name: "model between its entries' creates", at: crashPoint{Phase: worker.PhaseCreate, Kind: record.StepModel, Step: 1}, runs: 1, unknownUsage: 1, modelCalls: 3},
+		// Stored whole, not yet named by the state: adopted, not paid twice.
+		{name: "model after its entries, before the state", at: crashPoint{Phase: worker.PhaseCreated, Kind: record.StepModel, Step: 1}, runs: 1, modelCalls: 2},
+		{name: "last model call after its entry, before the state", at: crashPoint{Phase: worker.PhaseCreated, Kind: record.StepModel, Step: 3}, runs: 1, modelCalls: 2},
+		{name: "model after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepModel, Step: 1}, runs: 1, modelCalls: 2},
+		{name: "tool before intent", at: crashPoint{Phase: worker.PhaseIntent, Kind: record.StepTool, Step: 2}, runs: 1, modelCalls: 2},
+		{name: "unsafe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, runs: 0, synthetic: true, modelCalls: 2},
+		{name: "unsafe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, runs: 1, synthetic: true, modelCalls: 2},
+		// The result is stored: adopted, the call not made again, its
+		// real result kept.
+		{name: "unsafe tool after its result's create", at: crashPoint{Phase: worker.PhaseCreated, Kind: record.StepTool, Step: 2}, runs: 1, modelCalls: 2},
+		{name: "safe tool after its result's create", at: crashPoint{Phase: worker.PhaseCreated, Kind: record.StepTool, Step: 2}, safe: true, runs: 1, modelCalls: 2},
+		// The tool's settlement carried the next model call's intent: the
+		// call is remade, counted as possibly billed.
+		{name: "tool after settlement", at: crashPoint{Phase: worker.PhaseSettled, Kind: record.StepTool, Step: 2}, runs: 1, unknownUsage: 1, modelCalls: 2},
+		{name: "safe tool after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, safe: true, runs: 1, modelCalls: 2},
+		{name: "safe tool after run", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}, safe: true, runs: 2, modelCalls: 2},
+		{name: "after the run, before the ack", at: crashPoint{Phase: worker.PhaseAck, Step: 3}, runs: 1, modelCalls: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -394,6 +478,10 @@ func TestWorkerCrashRecovery(t *testing.T) {
 			if got := tr.Budget.Usage.UnknownUsageCalls; got != tt.unknownUsage {
 				t.Errorf("unknown usage calls %d, want %d", got, tt.unknownUsage)
 			}
+			if got := e.modelCalls(t); got != tt.modelCalls {
+				t.Errorf("%d model calls, want %d", got, tt.modelCalls)
+			}
+			checkTranscript(t, tr)
 			if tr.Budget.Usage.Turns != 2 {
 				t.Errorf("turns %d, want 2", tr.Budget.Usage.Turns)
 			}
@@ -523,4 +611,101 @@ func (e *crashEnv) waitEntries(t *testing.T, ref streams.SessionRef, k record.Ki
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// TestWorkerCrashStaleCreate plays a worker that ran a replay-unsafe tool
+// call, was taken for dead (kill -9 of its process) and settles late: the
+// test itself, holding the state revision the dead worker held, makes the
+// settlement the worker would have made, with the same store, against a
+// successor process's recovery. Whichever order, each call has exactly one
+// result and the late writer is fenced: a successor that recovered first
+// settled the synthetic result and the late create loses; a late create
+// that came first is adopted by the successor (the tool is not run again,
+// its real result is kept) and the late state write loses.
+func TestWorkerCrashStaleCreate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess crash test")
+	}
+	for _, order := range []string{"successor first", "late create first"} {
+		t.Run(order, func(t *testing.T) {
+			e := newCrashEnv(t)
+			def := crashDef()
+			ctx := context.Background()
+			at := &crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}
+			first := startChild(t, e.spec("w1", def, false, at))
+			ref := e.send(t, "crash", "s1", "write it")
+			first.waitPoint(t, time.Minute)
+			store, err := record.Open(ctx, e.js, e.names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the dead worker holds: the state with the tool's intent,
+			// and the result it was about to settle.
+			held, rev, err := store.Load(ctx, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := held.Pending
+			if p == nil || p.Kind != record.StepTool {
+				t.Fatalf("state at the crash point has no tool intent: %+v", held)
+			}
+			first.kill()
+			result := record.Entry{ID: held.NextEntry, Kind: record.KindToolResult, Turn: held.Turns, Time: time.Now().UTC(),
+				Name: p.Tool, CallID: p.CallID, Result: "appended " + p.CallID, Step: p.Step, Attempt: p.Attempt, Entries: 1}
+			next := held.Clone()
+			next.Pending, next.Steps, next.Calls, next.NextEntry = nil, p.Step, nil, held.NextEntry+1
+			late := func() error {
+				_, err := store.Settle(ctx, ref, []record.Entry{result}, next, rev)
+				return err
+			}
+
+			var second *child
+			var lateErr error
+			switch order {
+			case "successor first":
+				second = startChild(t, e.spec("w2", def, false, nil))
+				e.waitDone(t, ref, first, second)
+				lateErr = late()
+			case "late create first":
+				created := make(chan struct{})
+				proceed := make(chan struct{})
+				store.Between = func(_ context.Context, _ streams.SessionRef, _ []record.Entry, n int) {
+					close(created)
+					<-proceed
+				}
+				done := make(chan error, 1)
+				go func() { done <- late() }()
+				select {
+				case <-created:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the late create did not land")
+				}
+				second = startChild(t, e.spec("w2", def, false, nil))
+				e.waitDone(t, ref, first, second)
+				close(proceed)
+				select {
+				case lateErr = <-done:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the late state write did not return")
+				}
+			}
+			if !errors.Is(lateErr, record.ErrFenced) {
+				t.Errorf("late settlement: %v, want ErrFenced", lateErr)
+			}
+			tr := e.waitDone(t, ref, first, second)
+			checkTranscript(t, tr)
+			results := checkOneResult(t, tr)
+			r, ok := results[p.CallID]
+			if !ok || len(results) != 1 {
+				t.Fatalf("results %+v, want one for call %s", results, p.CallID)
+			}
+			synthetic := r.IsError && r.Result == "interrupted; may or may not have run"
+			if want := order == "successor first"; synthetic != want {
+				t.Errorf("result %q: synthetic %v, want %v", r.Result, synthetic, want)
+			}
+			if runs := ledgerCounts(t, filepath.Join(e.dir, "ledger"))["s1 "+p.CallID]; runs != 1 {
+				t.Errorf("call ran %d times, want 1", runs)
+			}
+		})
+	}
 }

@@ -5,8 +5,15 @@
 // API, the CLI and the benchmarks use (List, Show, Follow).
 //
 // Every write of a state is a compare-and-set on the key's revision, the
-// session's fencing token. An entry is part of the transcript only when a
-// state's NextEntry is past its id: readers ignore the others.
+// session's fencing token. A settlement creates its entries create-only
+// under the ids its intent reserved, then writes the state (Settle): no
+// multi-key transaction, one round trip for the entries and one for the
+// state. An entry is part of the transcript only when a state's NextEntry
+// is past its id: readers ignore the others, and the next writer of such
+// an id replaces it. Recovery reads the state, looks up the ids its
+// pending intent reserved (Stored) and acts by DESIGN §8's table
+// (Recovery). Atomic batches are used only where a multi-key write has no
+// reserved-id form: the entries a fork copies (WriteEntries).
 //
 // It does not run sessions, hold leases, call models or tools, or apply
 // control messages: worker/ does, with this package's store.

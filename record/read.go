@@ -225,17 +225,23 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 	defer w.Stop()
 	stateKey := names.StateKey(ref)
 	var lastEntry uint64
-	var pending []Entry // entries seen before the state that settles them
+	// Entries seen before the state that names them, by id: a later
+	// version of an id replaces the earlier (an entry left over by a
+	// crashed writer is replaced before a state names its id).
+	pending := map[uint64]Entry{}
 	var limit uint64 = 1
 	flush := func() error {
-		slices.SortFunc(pending, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
-		for len(pending) > 0 && pending[0].ID < limit {
-			e := pending[0]
-			pending = pending[1:]
-			if e.ID <= lastEntry {
-				continue
+		var ids []uint64
+		for id := range pending {
+			if id < limit {
+				ids = append(ids, id)
 			}
-			lastEntry = e.ID
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			e := pending[id]
+			delete(pending, id)
+			lastEntry = id
 			if err := fn(Update{Entry: &e}); err != nil {
 				return err
 			}
@@ -268,7 +274,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 				if err := json.Unmarshal(e.Value(), &en); err != nil {
 					return fmt.Errorf("record: decode %s: %w", e.Key(), err)
 				}
-				pending = append(pending, en)
+				if en.ID > lastEntry {
+					pending[en.ID] = en
+				}
 				err = flush()
 			}
 			if err == ErrStop {

@@ -106,6 +106,15 @@ type Entry struct {
 	Model string `json:"model,omitempty"`
 	// Event identifies the input of event and user entries.
 	Event *EventRef `json:"event,omitempty"`
+	// Step is the step whose settlement wrote the entry (the entries of a
+	// model call's answer, a tool call's result), and Attempt the attempt
+	// of that step that made the effect (0 the first; see Intent.Attempt).
+	Step    uint64 `json:"step,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+	// Entries is set on the first entry of a step's settlement, at the id
+	// its intent reserved: how many entries the settlement wrote, this
+	// one included. Recovery adopts a stored settlement only whole.
+	Entries int `json:"entries,omitempty"`
 }
 
 // MarshalJSON writes the fields a kind always has even when empty, so
@@ -164,42 +173,66 @@ const (
 )
 
 // Intent is a step committed before its effect: what is about to happen
-// and the transcript ids its output will use. A state that holds an intent
-// without its settlement is what recovery looks up.
+// and the transcript id its output will start at. A state that holds an
+// intent without its settlement is what recovery looks up (see
+// Recovery).
+//
+// The one uncertain interval: between the write of an intent and the
+// write of its settlement, nothing but the effect is known. Everything
+// else is a lookup: the settlement's entries are created under the ids
+// the intent reserved before the state names them, so recovery asks
+// storage which exist (Store.Stored).
 type Intent struct {
 	Kind StepKind `json:"kind"`
-	// Step numbers the session's steps, from 1.
+	// Step numbers the session's steps, from 1; an intent's number is
+	// never given to another intent.
 	Step uint64 `json:"step"`
 	Turn int    `json:"turn"`
-	// Entry is the first transcript id reserved for the step's output.
+	// Entry is the transcript id reserved for the step's first output
+	// entry; the others follow it.
 	Entry uint64 `json:"entry"`
-	// CallID, Tool, Args, ReplaySafe and Replay describe a tool step;
-	// ReplaySafe and Replay are the tool's declaration when the intent was
-	// written: Replay is its class, "safe", "unsafe" or "probe" (the tool
-	// can find out whether its effect happened); intents written before
-	// classes have only ReplaySafe (see ReplayClass).
-	CallID     string          `json:"call_id,omitempty"`
-	Tool       string          `json:"tool,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	ReplaySafe bool            `json:"replay_safe,omitempty"`
-	Replay     string          `json:"replay,omitempty"`
+	// CallID, Tool, Args and Replay describe a tool step; Replay is the
+	// tool's declaration when the intent was written.
+	CallID string          `json:"call_id,omitempty"`
+	Tool   string          `json:"tool,omitempty"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	Replay Replay          `json:"replay,omitempty"`
+	// ReplaySafe is the declaration as states written before Replay
+	// stored it; read through Declared, never written.
+	ReplaySafe bool `json:"replay_safe,omitempty"`
 	// Attempt counts recoveries that made the effect again.
 	Attempt int       `json:"attempt,omitempty"`
 	Owner   string    `json:"owner"`
 	Started time.Time `json:"started"`
 }
 
-// ReplayClass is the stored declaration of a tool step: Replay, or for
-// an intent written before classes, "safe" or "unsafe" by ReplaySafe.
-func (in Intent) ReplayClass() string {
+// Declared is the replay declaration the intent stored: Replay, or for
+// a state written before it, safe or unsafe by ReplaySafe.
+func (p Intent) Declared() Replay {
 	switch {
-	case in.Replay != "":
-		return in.Replay
-	case in.ReplaySafe:
-		return "safe"
+	case p.Replay != "":
+		return p.Replay
+	case p.ReplaySafe:
+		return ReplaySafe
 	}
-	return "unsafe"
+	return ReplayUnsafe
 }
+
+// Replay is a tool's replay declaration (DESIGN §8): what recovery may do
+// with a call that was interrupted.
+type Replay string
+
+// Replay declarations.
+const (
+	// ReplaySafe: the call may be made again.
+	ReplaySafe Replay = "safe"
+	// ReplayUnsafe: the call is never made again; an interrupted one gets
+	// a synthetic error result.
+	ReplayUnsafe Replay = "unsafe"
+	// ReplayProbe: the tool can find out whether an interrupted call's
+	// effect happened; recovery asks it before making the call again.
+	ReplayProbe Replay = "probe"
+)
 
 // CallRef is a tool call of the last assistant message still without its
 // result.

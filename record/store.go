@@ -26,7 +26,7 @@ const (
 	// cut (tools put large results in jl_blobs before that).
 	MaxEntryBytes = 256 << 10
 	// MaxToolCalls bounds the tool calls of one model response, so its
-	// settlement fits one batch.
+	// settlement stays a bounded burst of creates.
 	MaxToolCalls = 256
 )
 
@@ -70,9 +70,20 @@ type Store struct {
 	// publish publishes one atomic batch (publishBatch; tests replace it
 	// to lose an answer).
 	publish func(ctx context.Context, msgs []*nats.Msg) (uint64, error)
+	// send makes one create of an entry (js.PublishMsg; tests replace it
+	// to lose an answer).
+	send func(ctx context.Context, m *nats.Msg) error
 	// Retried, if set, hears every write attempt that failed for a
-	// passing reason and is made again. Set it before the first write.
+	// passing reason and is made again, and every entry id found taken by
+	// an entry no state names (why "entry_replaced"). Set it before the
+	// first write.
 	Retried func(ref streams.SessionRef, why string, err error)
+	// Between, if set, is called by Settle after the first created of the
+	// entries are durable and before the others are sent (created 1, when
+	// there are several), and after all of them, before the state write
+	// (created == len(entries)). It is a seam for crash tests, which stop
+	// a process there; with it, the first entry is created alone.
+	Between func(ctx context.Context, ref streams.SessionRef, entries []Entry, created int)
 }
 
 // Open opens the sessions bucket of names.
@@ -83,6 +94,10 @@ func Open(ctx context.Context, js jetstream.JetStream, names streams.Names) (*St
 	}
 	s := &Store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}
 	s.publish = s.publishBatch
+	s.send = func(ctx context.Context, m *nats.Msg) error {
+		_, err := s.js.PublishMsg(ctx, m)
+		return err
+	}
 	return s, nil
 }
 
@@ -140,40 +155,6 @@ func (s *Store) Update(ctx context.Context, ref streams.SessionRef, st State, re
 	key := s.names.StateKey(ref)
 	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
 		return s.kv.Update(actx, key, b, rev)
-	})
-}
-
-// Settle writes entries and the next state as one atomic batch,
-// conditional on the state being at revision rev: all of it lands or none.
-// Without entries it is a plain compare-and-set.
-func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
-	if len(entries) == 0 {
-		return s.Update(ctx, ref, st, rev)
-	}
-	if len(entries)+1 > MaxBatch {
-		return 0, fmt.Errorf("record: settlement of %s has %d entries, max %d", ref, len(entries), MaxBatch-1)
-	}
-	msgs := make([]*nats.Msg, 0, len(entries)+1)
-	maxPayload := int(s.nc.MaxPayload())
-	for _, e := range entries {
-		b, err := marshal(e)
-		if err != nil {
-			return 0, fmt.Errorf("record: encode entry %d of %s: %w", e.ID, ref, err)
-		}
-		if len(b) > maxPayload-1024 {
-			return 0, fmt.Errorf("record: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
-		}
-		msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, e.ID)), Header: nats.Header{}, Data: b})
-	}
-	b, err := encodeState(ref, st)
-	if err != nil {
-		return 0, err
-	}
-	m := &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.StateKey(ref)), Header: nats.Header{}, Data: b}
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	msgs = append(msgs, m)
-	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
-		return s.publish(actx, msgs)
 	})
 }
 

@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,11 +33,10 @@ func testStore(t *testing.T) (*Store, streams.SessionRef) {
 	return s, ref
 }
 
-// TestSettleWhoseAnswerWasLost settles a batch that lands but whose
-// answer never comes (the commit request times out): the store reads the
-// state back, finds its own write, and reports success with its revision
-// instead of failing (or, on the retry, taking its own write for another
-// worker's).
+// TestSettleWhoseAnswerWasLost settles an entry whose create lands but
+// whose answer never comes: the store makes the create again, finds the
+// id taken by its own bytes, and goes on to the state write instead of
+// failing or taking its own entry for another writer's.
 func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	s, ref := testStore(t)
 	ctx := context.Background()
@@ -46,24 +46,25 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	published := 0
-	s.publish = func(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
-		published++
-		if _, err := s.publishBatch(ctx, msgs); err != nil {
-			return 0, err
+	sent := 0
+	send := s.send
+	s.send = func(ctx context.Context, m *nats.Msg) error {
+		sent++
+		if err := send(ctx, m); err != nil {
+			return err
 		}
-		return 0, context.DeadlineExceeded
+		if sent == 1 {
+			return context.DeadlineExceeded
+		}
+		return nil
 	}
 	var retries []string
 	s.Retried = func(_ streams.SessionRef, why string, _ error) { retries = append(retries, why) }
 	next := st.Clone()
-	var entries []Entry
-	for range 2 {
-		entries = append(entries, Entry{ID: next.NextEntry, Kind: KindSystem, Text: "note", Time: now})
-		next.NextEntry++
-	}
+	e := Entry{ID: next.NextEntry, Kind: KindSystem, Text: "note", Time: now}
+	next.NextEntry++
 	next.Steps = 1
-	nrev, err := s.Settle(ctx, ref, entries, next, rev)
+	nrev, err := s.Settle(ctx, ref, []Entry{e}, next, rev)
 	if err != nil {
 		t.Fatalf("settle: %v (retries %v)", err, retries)
 	}
@@ -74,13 +75,145 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	if grev != nrev || got.Steps != 1 {
 		t.Fatalf("settle returned revision %d; state is at %d with %d steps", nrev, grev, got.Steps)
 	}
-	if published != 1 {
-		t.Fatalf("batch published %d times, want once", published)
+	if sent != 2 || len(retries) != 1 || retries[0] != "timeout" {
+		t.Fatalf("create sent %d times, retries %v: want twice, one timeout", sent, retries)
 	}
 	tr, err := s.Entries(ctx, ref, got.NextEntry)
-	if err != nil || len(tr) != 2 {
+	if err != nil || len(tr) != 1 || tr[0].Text != "note" {
 		t.Fatalf("transcript %v, %v", tr, err)
 	}
+}
+
+// leftover stores an entry at id as a writer would that crashed before
+// its state write.
+func leftover(t *testing.T, s *Store, ref streams.SessionRef, e Entry) {
+	t.Helper()
+	b, err := marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.kv.Create(context.Background(), s.names.LogKey(ref, e.ID), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSettleReplacesLeftovers settles entries whose ids are taken by
+// entries no state names (a writer crashed between its creates and its
+// state write): they are replaced, and the transcript is the settlement's.
+func TestSettleReplacesLeftovers(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover(t, s, ref, Entry{ID: 1, Kind: KindAssistant, Text: "left over", Time: now})
+	leftover(t, s, ref, Entry{ID: 3, Kind: KindToolCall, Name: "x", Time: now})
+	var replaced int
+	s.Retried = func(_ streams.SessionRef, why string, _ error) {
+		if why == "entry_replaced" {
+			replaced++
+		}
+	}
+	next := st.Clone()
+	var entries []Entry
+	for i := range 3 {
+		entries = append(entries, Entry{ID: next.NextEntry, Kind: KindSystem, Text: fmt.Sprintf("note %d", i), Time: now})
+		next.NextEntry++
+	}
+	if _, err := s.Settle(ctx, ref, entries, next, rev); err != nil {
+		t.Fatal(err)
+	}
+	if replaced != 2 {
+		t.Errorf("%d entries replaced, want 2", replaced)
+	}
+	tr, err := s.Entries(ctx, ref, next.NextEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range tr {
+		if want := fmt.Sprintf("note %d", i); e.Text != want || e.Kind != KindSystem {
+			t.Errorf("entry %d: %s %q, want system %q", e.ID, e.Kind, e.Text, want)
+		}
+	}
+}
+
+// TestSettleFencedByTakenEntry settles at a revision the state has moved
+// on from, over an id another writer created: the create loses, the
+// writer is fenced, the other writer's entry stays.
+func TestSettleFencedByTakenEntry(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The successor claims the session and creates entry 1.
+	claimed := st.Clone()
+	claimed.Epoch = 2
+	crev, err := s.Update(ctx, ref, claimed, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := Entry{ID: 1, Kind: KindToolResult, CallID: "c1", Result: "real", Time: now}
+	if err := s.createEntries(ctx, ref, []Entry{theirs}, crev); err != nil {
+		t.Fatal(err)
+	}
+	mine := Entry{ID: 1, Kind: KindToolResult, CallID: "c1", Result: "late", Time: now}
+	next := st.Clone()
+	next.NextEntry = 2
+	if _, err := s.Settle(ctx, ref, []Entry{mine}, next, rev); !errors.Is(err, ErrFenced) {
+		t.Fatalf("late settle: %v, want ErrFenced", err)
+	}
+	e, ok, err := s.entry(ctx, ref, 1)
+	if err != nil || !ok || e.Result != "real" {
+		t.Fatalf("entry 1 after the late create: %+v %v %v", e, ok, err)
+	}
+}
+
+// TestStored looks up the settlement of an intent under its reserved
+// ids: adopted only whole, of the intent's step and one attempt.
+func TestStored(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	model := Intent{Kind: StepModel, Step: 3, Entry: 10}
+	tool := Intent{Kind: StepTool, Step: 4, Entry: 20, CallID: "c1"}
+	put := func(es ...Entry) {
+		for _, e := range es {
+			e.Time = now
+			leftover(t, s, ref, e)
+		}
+	}
+	check := func(name string, p Intent, want int) {
+		t.Helper()
+		got, err := s.Stored(ctx, ref, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != want {
+			t.Errorf("%s: %d entries found, want %d: %+v", name, len(got), want, got)
+		}
+	}
+	check("nothing stored", model, 0)
+	// A model settlement of three entries, cut after two.
+	put(Entry{ID: 10, Kind: KindAssistant, Step: 3, Entries: 3}, Entry{ID: 11, Kind: KindToolCall, Step: 3, CallID: "a"})
+	check("cut short", model, 0)
+	// Its last entry, but written by another attempt.
+	put(Entry{ID: 12, Kind: KindToolCall, Step: 3, Attempt: 1, CallID: "b"})
+	check("mixed attempts", model, 0)
+	check("another step's intent at the same id", Intent{Kind: StepModel, Step: 2, Entry: 10}, 0)
+	check("a tool intent at a model head", Intent{Kind: StepTool, Step: 3, Entry: 10}, 0)
+	check("whole head alone", Intent{Kind: StepModel, Step: 3, Entry: 11}, 0)
+	put(Entry{ID: 20, Kind: KindToolResult, Step: 4, Entries: 1, CallID: "c1", Result: "done"})
+	check("tool result", tool, 1)
+	check("tool result of another call", Intent{Kind: StepTool, Step: 4, Entry: 20, CallID: "c2"}, 0)
+	put(Entry{ID: 30, Kind: KindAssistant, Step: 5, Attempt: 2, Entries: 2}, Entry{ID: 31, Kind: KindToolCall, Step: 5, Attempt: 2, CallID: "x"})
+	check("whole model settlement", Intent{Kind: StepModel, Step: 5, Entry: 30, Attempt: 2}, 2)
 }
 
 // TestSettleFencedIsNotRetried settles at a stale revision: fenced at

@@ -123,6 +123,9 @@ func (s *session) runSlot(ctx context.Context, def *policies.Definition, ev even
 // the run it started waits to continue (run true). It returns errQueued.
 func (s *session) queue(ctx context.Context, slot record.Slot, seq uint64, run bool, ahead int) error {
 	next := s.st.Clone()
+	// The next step's intent, if it rode on the last settlement, is
+	// decided again once the run has its slot.
+	s.withdraw(&next)
 	now := time.Now().UTC()
 	what := fmt.Sprintf("a concurrency slot of agent %s (limit %d", s.r.ref.Agent, slot.Limit)
 	if slot.Key != "" {

@@ -82,6 +82,12 @@ const (
 	PhaseEffect Phase = "effect"
 	// PhaseSettle: the effect is done; its settlement is not written.
 	PhaseSettle Phase = "settle"
+	// PhaseCreate: the first entry of a settlement of several is
+	// created, the others are not.
+	PhaseCreate Phase = "create"
+	// PhaseCreated: the settlement's entries are created; the state that
+	// names them is not written.
+	PhaseCreated Phase = "created"
 	// PhaseSettled: the settlement is durable.
 	PhaseSettled Phase = "settled"
 	// PhaseAck: the run rests; the inputs it consumed are not acked yet.

@@ -259,7 +259,7 @@ func (s *session) controls(ctx context.Context) error {
 			continue
 		}
 		msg, perr := control.Parse(in.msg)
-		if perr == nil && s.st.Pending != nil && msg.Verb != control.Steer && msg.Verb != control.Cancel &&
+		if perr == nil && s.st.Pending != nil && !s.isFresh() && msg.Verb != control.Steer && msg.Verb != control.Cancel &&
 			s.r.wantsCancel(s.st.CtlSeq) <= in.seq {
 			// Settle the interrupted step first (recovery); come back at
 			// the next boundary. With a cancel behind this message there
@@ -288,6 +288,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 // state write.
 func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, perr error) error {
 	next := s.st.Clone()
+	// The next step's intent, written with the last settlement, has not
+	// begun: the control comes first, and the step is decided again
+	// after it.
+	s.withdraw(&next)
 	next.CtlSeq = in.seq
 	verb := string(msg.Verb)
 	if perr != nil {
@@ -457,6 +461,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 // with an error result (see closeOpen) saying why: the step's intent is
 // cleared, a model call it interrupted is counted as possibly billed.
 func (s *session) settleOpen(next *record.State, why string) []record.Entry {
+	s.withdraw(next)
 	if p := next.Pending; p != nil && p.Kind == record.StepModel {
 		next.UnknownUsage++
 	}

@@ -7,10 +7,13 @@
 // agent (shared by every worker), leases a session in jl_leases before it
 // runs it, and fences every write of the session's state by the state
 // key's revision. Each model call and each tool call is a step: an intent
-// written by compare-and-set, the effect, and a settlement written as one
-// atomic batch into jl_sessions (the transcript entries under the ids the
-// intent reserved, plus the next state). A session whose state holds an
-// intent without its settlement is recovered by the table of DESIGN §8.
+// written by compare-and-set, the effect, and a settlement: the
+// transcript entries created under the ids the intent reserved, then the
+// next state compare-and-set (record.Store.Settle). Where it does not
+// widen the uncertain interval of a replay-unsafe effect, a settlement
+// carries the next step's intent (see merge.go). A session whose state
+// holds an intent without its settlement is recovered by DESIGN §8's
+// table (record.Recovery): a settlement stored whole is adopted.
 // Budgets are checked before every step; every status change is a KV write
 // plus a jl.status.<agent>.<session> message and a JL_AUDIT record.
 //
@@ -43,10 +46,11 @@
 //
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
-// step_model.go and step_tool.go (a model call, a tool call), recover.go
-// (an intent without its settlement), budget.go (the limits checked
-// before a step), end.go (a run ended early: its open calls answered),
-// outcome.go (a run's outcome, counted).
+// step_model.go and step_tool.go (a model call, a tool call), merge.go
+// (the next step's intent in a settlement's write), recover.go (an intent
+// without its settlement), budget.go (the limits checked before a step),
+// end.go (a run ended early: its open calls answered), outcome.go (a
+// run's outcome, counted).
 //
 // The tools of a definition's mcp_servers ("server.tool") are called
 // through a tools/mcp Pool the worker owns: one connection per session and

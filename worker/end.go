@@ -9,10 +9,14 @@ import (
 
 // closeOpen ends the step in flight and answers every outstanding call of
 // next with an error result, so every call in the transcript has exactly
-// one result: the call of a tool step whose intent is written (it may
-// have run, wholly or in part) with "<why>; may or may not have run", so
-// the model does not take it for undone; the others with "not run: <why>".
+// one result: the call of a tool step whose intent is written and whose
+// effect began (it may have run, wholly or in part) with "<why>; may or
+// may not have run", so the model does not take it for undone; the others
+// with "not run: <why>".
 func (s *session) closeOpen(next *record.State, why string) []record.Entry {
+	// A fresh intent's effect has not begun: it is taken back, its call
+	// not run.
+	s.withdraw(next)
 	inflight := ""
 	if p := next.Pending; p != nil {
 		if p.Kind == record.StepTool {

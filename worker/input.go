@@ -134,7 +134,12 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.RunStarted = time.Now().UTC()
 	next.SetStatus(record.StatusWorking, "", next.RunStarted)
 	s.log.Info("run started", "seq", in.seq, "type", ev.Type(), "version", next.DefinitionVersion)
-	return s.commit(ctx, entries, next)
+	merged := s.mergeNext(ctx, &next, nil)
+	if err := s.commit(ctx, entries, next); err != nil {
+		return err
+	}
+	s.merged(merged)
+	return nil
 }
 
 var errNoDefinition = errors.New("agent has no definition")
@@ -222,12 +227,12 @@ func (s *session) next(ctx context.Context) error {
 		return s.tickTimeout(ctx)
 	}
 	if len(s.st.Calls) > 0 {
-		return s.toolStep(ctx, s.st.Calls[0], nil)
+		return s.toolStep(ctx, s.st.Calls[0])
 	}
 	if len(s.st.Steers) > 0 {
 		return s.flushSteers(ctx)
 	}
-	return s.modelStep(ctx, nil)
+	return s.modelStep(ctx)
 }
 
 // flushSteers moves the queued steer texts into the transcript, where the
@@ -242,7 +247,12 @@ func (s *session) flushSteers(ctx context.Context) error {
 		entries = append(entries, e)
 	}
 	next.Steers = nil
-	return s.commit(ctx, entries, next)
+	merged := s.mergeNext(ctx, &next, nil)
+	if err := s.commit(ctx, entries, next); err != nil {
+		return err
+	}
+	s.merged(merged)
+	return nil
 }
 
 func extInt(v any) int {

@@ -8,27 +8,81 @@ import (
 )
 
 // recover resumes a step whose intent was written and whose settlement
-// was not, by DESIGN §8's table.
+// was not: it asks storage whether the settlement's entries are there
+// under the ids the intent reserved, and acts by DESIGN §8's table
+// (record.Recovery).
 func (s *session) recover(ctx context.Context) error {
 	if err := s.ensure(ctx); err != nil {
 		return err
 	}
 	p := *s.st.Pending
-	s.log.Warn("recovering step with an intent and no settlement", "step", p.Step, "kind", p.Kind, "tool", p.Tool, "call", p.CallID, "attempt", p.Attempt, "previous_owner", p.Owner)
-	switch p.Kind {
-	case record.StepModel:
-		return s.modelStep(ctx, &p)
-	case record.StepTool:
-		for _, c := range s.st.Calls {
-			if c.ID == p.CallID {
-				return s.toolStep(ctx, c, &p)
-			}
+	var call record.CallRef
+	if p.Kind == record.StepTool {
+		c, ok := outstanding(s.st, p.CallID)
+		if !ok {
+			// The call is not outstanding (cannot happen: settlement
+			// removes both at once). Drop the intent rather than loop;
+			// its step number is not given again.
+			next := s.st.Clone()
+			next.Pending = nil
+			next.Steps = p.Step
+			return s.commit(ctx, nil, next)
 		}
-		// The call is not outstanding (cannot happen: settlement removes
-		// both at once). Drop the intent rather than loop.
-		next := s.st.Clone()
-		next.Pending = nil
-		return s.commit(ctx, nil, next)
+		call = c
 	}
-	return fmt.Errorf("worker: session %s: pending step of unknown kind %q", s.r.ref, p.Kind)
+	stored, err := s.w.store.Stored(ctx, s.r.ref, p)
+	if err != nil {
+		return err
+	}
+	tool, spec, found := toolsTool(nil), toolsSpec{}, false
+	if p.Kind == record.StepTool {
+		tool, spec, found = s.lookup(call.Name)
+	}
+	act := record.Recovery(record.Pending{Kind: p.Kind, Stored: p.Declared(), Current: replayOf(tool, found), Found: stored != nil})
+	s.log.Warn("recovering step with an intent and no settlement", "step", p.Step, "kind", p.Kind, "tool", p.Tool, "call", p.CallID, "attempt", p.Attempt, "previous_owner", p.Owner, "action", act)
+	if act != record.Probe {
+		// A probe counts its outcome (probe_found, probe_not_found,
+		// probe_failed).
+		s.w.m.recoveries.WithLabelValues(string(p.Kind), string(act)).Inc()
+	}
+	switch act {
+	case record.Adopt:
+		if p.Kind == record.StepModel {
+			return s.adoptModel(ctx, p, stored)
+		}
+		return s.adoptTool(ctx, p, stored[0])
+	case record.Remake:
+		return s.remakeModel(ctx, p)
+	case record.Rerun:
+		return s.rerunTool(ctx, call, p, tool, spec)
+	case record.Probe:
+		return s.probeTool(ctx, call, p, tool, spec)
+	case record.Synthetic:
+		s.log.Warn("tool call interrupted and not replay-safe: settling a synthetic error result", "tool", call.Name, "call", call.ID)
+		return s.settleResult(ctx, call, p, interruptedText, true, "")
+	}
+	return fmt.Errorf("worker: session %s: pending step of kind %q: no recovery (%s)", s.r.ref, p.Kind, act)
+}
+
+// adoptStored settles an interrupted step whose settlement is stored
+// whole (record.Adopt), before anything else happens at the boundary (a
+// control applied first would write over the reserved ids). It reports
+// whether it did; without a stored settlement the step is left to
+// recover, after the controls.
+func (s *session) adoptStored(ctx context.Context) (bool, error) {
+	p := *s.st.Pending
+	s.checked = p
+	stored, err := s.w.store.Stored(ctx, s.r.ref, p)
+	if err != nil || stored == nil {
+		return false, err
+	}
+	if err := s.ensure(ctx); err != nil {
+		return false, err
+	}
+	if p.Kind == record.StepTool {
+		if _, ok := outstanding(s.st, p.CallID); !ok {
+			return false, nil
+		}
+	}
+	return true, s.recover(ctx)
 }

@@ -24,6 +24,13 @@ type session struct {
 	calls map[string]bool // call ids used in the transcript
 	// ctlRead is the state revision at which JL_CTL was last read.
 	ctlRead uint64
+	// fresh is the step of the pending intent this session wrote with the
+	// settlement before it and whose effect has not begun (see
+	// mergeNext); 0 when there is none.
+	fresh uint64
+	// checked is the pending intent whose reserved ids were last looked
+	// up at a boundary (see adoptStored).
+	checked record.Intent
 
 	def   *policies.Definition
 	model model.Model
@@ -94,16 +101,36 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
+			// Stopping between steps: an intent whose effect has not
+			// begun is taken back, so that no recovery takes it for an
+			// interrupted step.
+			if s.isFresh() {
+				next := s.st.Clone()
+				s.withdraw(&next)
+				if werr := s.commit(sctx, nil, next); werr != nil {
+					s.log.Warn("withdraw the next step's intent before stopping", "err", werr)
+				}
+			}
 			return err
 		}
 		var err error
 		switch {
+		case s.st.Pending != nil && !s.isFresh() && !s.looked():
+			// A settlement stored whole is adopted before a control could
+			// write over its ids.
+			var adopted bool
+			adopted, err = s.adoptStored(sctx)
+			if err == nil && !adopted {
+				continue
+			}
 		case s.r.takeCtlHint(s.st.CtlSeq) || s.rev != s.ctlRead:
 			err = s.controls(sctx)
 		case s.supersededRun(sctx):
 			err = s.endSuperseded(sctx)
 		case s.st.Status == record.StatusQueued && s.st.Queued != nil && s.st.Queued.Run:
 			err = s.continueQueued(sctx)
+		case s.isFresh():
+			err = s.withSlot(sctx, s.begin)
 		case s.st.Pending != nil:
 			err = s.withSlot(sctx, s.recover)
 		case s.st.Status == record.StatusWorking:
@@ -153,6 +180,7 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 	}
 	prev := s.st.Status
 	s.st, s.rev = next, rev
+	s.fresh = 0
 	s.r.observe(next)
 	s.log_ = append(s.log_, entries...)
 	for _, e := range entries {

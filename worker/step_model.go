@@ -10,7 +10,9 @@ import (
 	"github.com/jetloop/jetloop/record"
 )
 
-// writeIntent commits the intent of a new step.
+// writeIntent commits the intent of a new step, by itself: the step's
+// first write. (A step whose intent rides on the settlement before it
+// skips it: see mergeNext.)
 func (s *session) writeIntent(ctx context.Context, next record.State) error {
 	next.Updated = time.Now().UTC()
 	rev, err := s.w.store.Update(ctx, s.r.ref, next, s.rev)
@@ -18,48 +20,71 @@ func (s *session) writeIntent(ctx context.Context, next record.State) error {
 		return err
 	}
 	s.st, s.rev = next, rev
+	s.fresh = 0
 	s.r.observe(next)
 	return nil
 }
 
-// modelStep makes one model call: intent, call, settlement. With rec it
-// makes again the call of an earlier worker's intent.
-func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
+// modelIntent puts the intent of a model call in next: the turn it
+// opens, and the entry id its answer will start at.
+func (s *session) modelIntent(next *record.State, now time.Time) record.Intent {
+	next.Turns++
+	next.RunTurns++
+	in := record.Intent{Kind: record.StepModel, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry, Owner: s.w.cfg.ID, Started: now}
+	next.Pending = &in
+	return in
+}
+
+// modelStep makes one model call: intent, call, settlement.
+func (s *session) modelStep(ctx context.Context) error {
 	now := time.Now().UTC()
-	if limit, reason := budget(s.st, record.StepModel, now); limit != "" && (rec == nil || limit != "max_turns") {
+	if limit, reason := budget(s.st, record.StepModel, now); limit != "" {
+		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
+	}
+	next := s.st.Clone()
+	in := s.modelIntent(&next, now)
+	s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepModel, Step: in.Step})
+	if err := s.writeIntent(ctx, next); err != nil {
+		return err
+	}
+	return s.callModel(ctx, in, false)
+}
+
+// remakeModel makes again the model call of an intent recovery found
+// without a settlement (record.Remake). The interrupted call may have
+// been billed: a system entry says so, under the id the intent reserved,
+// in the same write that reserves the next id for the call made again
+// and counts the unknown usage.
+func (s *session) remakeModel(ctx context.Context, p record.Intent) error {
+	now := time.Now().UTC()
+	// The turn is counted already: max_turns does not stop its remaking.
+	if limit, reason := budget(s.st, record.StepModel, now); limit != "" && limit != "max_turns" {
 		next := s.st.Clone()
-		if rec != nil {
-			next.UnknownUsage++
-		}
+		next.UnknownUsage++
 		return s.stopBudget(ctx, next, nil, limit, reason)
 	}
-	var in record.Intent
-	if rec == nil {
-		next := s.st.Clone()
-		next.Turns++
-		next.RunTurns++
-		in = record.Intent{Kind: record.StepModel, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry, Owner: s.w.cfg.ID, Started: now}
-		next.Pending = &in
-		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepModel, Step: in.Step})
-		if err := s.writeIntent(ctx, next); err != nil {
-			return err
-		}
-	} else {
-		in = *rec
-		if in.Attempt >= s.w.cfg.MaxRecoveries {
-			return s.failStep(ctx, fmt.Sprintf("model call interrupted %d times; not made again", in.Attempt+1))
-		}
-		s.w.m.recoveries.WithLabelValues(string(record.StepModel), "remade").Inc()
-		next := s.st.Clone()
-		next.Pending.Attempt++
-		next.Pending.Owner = s.w.cfg.ID
-		next.UnknownUsage++
-		if err := s.writeIntent(ctx, next); err != nil {
-			return err
-		}
-		in = *next.Pending
+	if p.Attempt >= s.w.cfg.MaxRecoveries {
+		return s.failStep(ctx, fmt.Sprintf("model call interrupted %d times; not made again", p.Attempt+1))
 	}
-	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
+	next := s.st.Clone()
+	e := s.entry(&next, record.KindSystem)
+	e.Turn = p.Turn
+	e.Text = fmt.Sprintf("model call of step %d was interrupted and made again; the interrupted call may have been billed, its usage is unknown", p.Step)
+	next.Pending.Attempt++
+	next.Pending.Owner = s.w.cfg.ID
+	next.Pending.Entry = next.NextEntry
+	next.UnknownUsage++
+	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
+		return err
+	}
+	return s.callModel(ctx, *s.st.Pending, true)
+}
+
+// callModel makes the model call of intent in, which is durable, and
+// settles its answer.
+func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool) error {
+	s.fresh = 0
+	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	log := s.log.With("turn", in.Turn, "step", in.Step)
 
 	req := buildRequest(s.def, s.w.toolOf, s.log_)
@@ -76,7 +101,7 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 		log.Info("model call aborted", "why", abort)
 		return abort
 	}
-	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
+	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepModel))...).Observe(time.Since(in.Started).Seconds())
 	if deadline && s.st.TickExpired(time.Now()) {
 		if _, reason := budget(s.st, record.StepModel, time.Now()); reason == "" {
@@ -104,50 +129,79 @@ func (s *session) modelStep(ctx context.Context, rec *record.Intent) error {
 		return s.failStep(ctx, "model call failed: "+err.Error())
 	}
 
+	// The settlement: the answer under the id the intent reserved, its
+	// tool calls after it, each tagged with the step and the attempt so
+	// that recovery adopts the settlement only whole.
 	next := s.st.Clone()
-	next.Pending = nil
-	next.Steps = in.Step
-	next.Usage = next.Usage.Add(resp.Usage)
-	next.RunUsage = next.RunUsage.Add(resp.Usage)
-	if rec != nil {
-		next.UnknownUsage = s.st.UnknownUsage
-	}
-	var entries []record.Entry
-	if rec != nil {
-		e := s.entry(&next, record.KindSystem)
-		e.Turn = in.Turn
-		e.Text = fmt.Sprintf("model call of step %d was interrupted and made again; the interrupted call may have been billed, its usage is unknown", in.Step)
-		entries = append(entries, e)
-	}
 	a := s.entry(&next, record.KindAssistant)
 	a.Turn = in.Turn
 	a.Text = cut(resp.Text, record.MaxEntryBytes)
 	u := resp.Usage
 	a.Usage, a.Model = &u, resp.Model
-	entries = append(entries, a)
-	next.Calls = nil
+	a.Step, a.Attempt, a.Entries = in.Step, in.Attempt, 1+len(resp.ToolCalls)
+	entries := []record.Entry{a}
 	ids := s.callIDs(resp.ToolCalls, next.NextEntry)
 	for i, c := range resp.ToolCalls {
 		e := s.entry(&next, record.KindToolCall)
 		e.Turn = in.Turn
-		id := ids[i]
 		args := c.Args
 		if len(args) == 0 || !json.Valid(args) {
 			args = json.RawMessage(`{}`)
 		}
-		e.Name, e.CallID, e.Args = c.Name, id, args
+		e.Name, e.CallID, e.Args = c.Name, ids[i], args
+		e.Step, e.Attempt = in.Step, in.Attempt
 		entries = append(entries, e)
-		next.Calls = append(next.Calls, record.CallRef{ID: id, Name: c.Name, Entry: e.ID})
+	}
+	settleModel(&next, in, entries)
+	merged := s.mergeNext(ctx, &next, entries)
+	if err := s.commit(ctx, entries, next); err != nil {
+		return err
+	}
+	s.merged(merged)
+	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
+	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "status", next.Status)
+	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
+	return nil
+}
+
+// settleModel makes next the state that the settlement of model intent in
+// with entries (its answer, then its tool calls) writes: the intent
+// cleared, the usage counted, the answer's calls outstanding, and the
+// run done when it has none.
+func settleModel(next *record.State, in record.Intent, entries []record.Entry) {
+	next.Pending = nil
+	next.Steps = in.Step
+	next.NextEntry = entries[len(entries)-1].ID + 1
+	if u := entries[0].Usage; u != nil {
+		next.Usage = next.Usage.Add(*u)
+		next.RunUsage = next.RunUsage.Add(*u)
+	}
+	next.Calls = nil
+	for _, e := range entries[1:] {
+		if e.Kind == record.KindToolCall {
+			next.Calls = append(next.Calls, record.CallRef{ID: e.CallID, Name: e.Name, Entry: e.ID})
+		}
 	}
 	if len(next.Calls) == 0 {
 		next.SetStatus(record.StatusDone, "", time.Now().UTC())
 	}
-	if err := s.commit(ctx, entries, next); err != nil {
+}
+
+// adoptModel settles model intent p with the answer a settlement stored
+// whole before its state was written (record.Adopt): the answer is not
+// paid for twice.
+func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []record.Entry) error {
+	next := s.st.Clone()
+	settleModel(&next, p, stored)
+	merged := s.mergeNext(ctx, &next, stored)
+	// Its entries are there already: their creates find them.
+	if err := s.commit(ctx, stored, next); err != nil {
 		return err
 	}
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
-	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "status", next.Status)
-	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: rec != nil})
+	s.merged(merged)
+	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "adopted")...).Inc()
+	s.log.Info("model step settled with the answer stored before the interruption", "step", p.Step, "tool_calls", len(next.Calls), "status", next.Status)
+	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: p.Step, Recovery: true})
 	return nil
 }
 

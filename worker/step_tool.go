@@ -30,13 +30,13 @@ type toolOutcome struct {
 
 // runTool calls tool once. A runtime error and a panic become an error
 // result for the model: a bad call must not take the worker down.
-func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, tc tools.Call) (out toolOutcome) {
+func runTool(ctx context.Context, tool tools.Tool, c tools.Call, name string) (out toolOutcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			out = toolOutcome{text: fmt.Sprintf("tool %s panicked: %v", call.Name, p), isErr: true}
+			out = toolOutcome{text: fmt.Sprintf("tool %s panicked: %v", name, p), isErr: true}
 		}
 	}()
-	res, err := tool.Call(ctx, tc)
+	res, err := tool.Call(ctx, c)
 	if err != nil && res.Content != "" {
 		// The call ended badly but has an answer for the model (a
 		// registry's result for a cancelled call, say).
@@ -45,16 +45,132 @@ func runTool(ctx context.Context, tool tools.Tool, call record.CallRef, tc tools
 	if err != nil {
 		switch {
 		case errors.Is(err, tools.ErrInvalidArgs):
-			return toolOutcome{text: fmt.Sprintf("invalid arguments for %s: %v", call.Name, err), isErr: true}
+			return toolOutcome{text: fmt.Sprintf("invalid arguments for %s: %v", name, err), isErr: true}
 		case ctx.Err() != nil:
-			return toolOutcome{text: fmt.Sprintf("tool %s stopped: %v", call.Name, ctx.Err()), isErr: true}
+			return toolOutcome{text: fmt.Sprintf("tool %s stopped: %v", name, ctx.Err()), isErr: true}
 		}
-		return toolOutcome{text: fmt.Sprintf("tool %s failed: %v", call.Name, err), isErr: true}
+		return toolOutcome{text: fmt.Sprintf("tool %s failed: %v", name, err), isErr: true}
 	}
 	return toolOutcome{text: res.Content, isErr: res.IsError, blob: res.Blob, block: res.Block}
 }
 
-// toolCall is what the tool of a step is called with.
+// toolIntent puts the intent of call in next.
+func (s *session) toolIntent(next *record.State, call record.CallRef, args json.RawMessage, replay record.Replay, now time.Time) record.Intent {
+	in := record.Intent{Kind: record.StepTool, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry,
+		CallID: call.ID, Tool: call.Name, Args: args, Replay: replay, Owner: s.w.cfg.ID, Started: now}
+	next.Pending = &in
+	// An approval lets one run through, this one.
+	next.Approved = ""
+	return in
+}
+
+// replayOf is the replay declaration of a tool now ("" for none).
+func replayOf(tool toolsTool, found bool) record.Replay {
+	if !found {
+		return ""
+	}
+	return record.Replay(tools.ClassOf(tool))
+}
+
+// toolStep runs one tool call: the checks before it (budget, the tool,
+// approval gates), its intent, the call, the settlement.
+func (s *session) toolStep(ctx context.Context, call record.CallRef) error {
+	now := time.Now().UTC()
+	tool, spec, found := s.lookup(call.Name)
+	if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
+		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
+	}
+	if !found {
+		return s.settleResult(ctx, call, record.Intent{Step: s.st.Steps + 1}, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.ToolNames(), ", ")), true, "")
+	}
+	if gate, need, note := s.gate(ctx, call, spec.ReplaySafe); need {
+		return s.blockForApproval(ctx, call, gate, note)
+	}
+	next := s.st.Clone()
+	in := s.toolIntent(&next, call, s.args(call), replayOf(tool, found), now)
+	s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
+	if err := s.writeIntent(ctx, next); err != nil {
+		return err
+	}
+	return s.callTool(ctx, call, in, tool, spec, false)
+}
+
+// rerunTool executes again the call of an intent recovery found without a
+// settlement (record.Rerun, or record.Probe when the probe found no
+// effect), within the recovery attempts and the budget.
+func (s *session) rerunTool(ctx context.Context, call record.CallRef, p record.Intent, tool toolsTool, spec toolsSpec) error {
+	if p.Attempt >= s.w.cfg.MaxRecoveries {
+		return s.settleResult(ctx, call, p, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, p.Attempt+1), true, "")
+	}
+	if limit, reason := budget(s.st, record.StepTool, time.Now()); limit != "" {
+		next := s.st.Clone()
+		e := s.entry(&next, record.KindToolResult)
+		e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, interruptedText+"; not run again: budget exceeded", true
+		next.Calls = next.Calls[1:]
+		return s.stopBudget(ctx, next, []record.Entry{e}, limit, reason)
+	}
+	next := s.st.Clone()
+	next.Pending.Attempt++
+	next.Pending.Owner = s.w.cfg.ID
+	next.Pending.Entry = next.NextEntry
+	if err := s.writeIntent(ctx, next); err != nil {
+		return err
+	}
+	return s.callTool(ctx, call, *s.st.Pending, tool, spec, true)
+}
+
+// probeTool asks the tool of an interrupted call whether the call's
+// effect happened (record.Probe): found, the call is settled with the
+// result the tool reads back (the comment's id and URL, say); not found,
+// it is made once. A probe that cannot answer counts as an attempt and
+// fails the session's turn for a later retry, so a lookup that keeps
+// failing ends, after MaxRecoveries, as "may or may not have run".
+func (s *session) probeTool(ctx context.Context, call record.CallRef, p record.Intent, tool toolsTool, spec toolsSpec) error {
+	prober, ok := tool.(tools.Prober)
+	if !ok {
+		return s.settleResult(ctx, call, p, interruptedText, true, "")
+	}
+	if p.Attempt >= s.w.cfg.MaxRecoveries {
+		return s.settleResult(ctx, call, p, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, p.Attempt+1), true, "")
+	}
+	dir, err := s.workDir()
+	if err != nil {
+		return fmt.Errorf("worker: probe %s call %s: no work folder: %w", call.Name, call.ID, err)
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = s.w.cfg.ToolTimeout
+	}
+	sctx, scancel := s.stepContext(ctx)
+	pctx, cancel := context.WithTimeout(sctx, timeout)
+	res, found, perr := probe(pctx, prober, s.toolCall(p, dir))
+	cancel()
+	scancel()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	switch {
+	case perr != nil:
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_failed").Inc()
+		s.log.Warn("probe of an interrupted call failed; trying again later", "tool", call.Name, "call", call.ID, "attempt", p.Attempt, "err", perr)
+		next := s.st.Clone()
+		next.Pending.Attempt++
+		next.Pending.Owner = s.w.cfg.ID
+		if err := s.writeIntent(ctx, next); err != nil {
+			return err
+		}
+		return fmt.Errorf("worker: probe %s call %s of %s: %w", call.Name, call.ID, s.r.ref, perr)
+	case found:
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_found").Inc()
+		s.log.Info("interrupted call had taken effect: settling the result its probe found", "tool", call.Name, "call", call.ID)
+		return s.settleResult(ctx, call, p, res.Content, res.IsError, res.Blob)
+	}
+	s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_not_found").Inc()
+	s.log.Info("interrupted call had not taken effect: making it once", "tool", call.Name, "call", call.ID)
+	return s.rerunTool(ctx, call, p, tool, spec)
+}
+
+// toolCall is what the tool of a step is called (or probed) with.
 func (s *session) toolCall(in record.Intent, dir string) tools.Call {
 	c := tools.Call{ID: in.CallID, Args: in.Args, Agent: s.r.ref.Agent, Session: s.r.ref.Session, WorkDir: dir,
 		Started: in.Started, Thread: s.st.Thread}
@@ -64,80 +180,21 @@ func (s *session) toolCall(in record.Intent, dir string) tools.Call {
 	return c
 }
 
-// toolStep runs one tool call: intent, call, settlement. With rec it
-// resumes an earlier worker's intent by the stored and the current
-// declaration of the tool: both replay-safe, the call runs again; both
-// probe, the tool is asked whether the effect happened (see probe); else
-// it gets a synthetic error result under the reserved id.
-func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record.Intent) error {
-	now := time.Now().UTC()
-	tool, spec, found := s.lookup(call.Name)
-	if rec == nil {
-		if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
-			return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
+// probe calls a tool's probe; a panic is an error.
+func probe(ctx context.Context, p tools.Prober, c tools.Call) (res tools.Result, found bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			res, found, err = tools.Result{}, false, fmt.Errorf("probe panicked: %v", v)
 		}
-		if !found {
-			return s.settleResult(ctx, call, s.st.Steps+1, fmt.Sprintf("unknown tool %q: this agent may call %s", call.Name, strings.Join(s.def.ToolNames(), ", ")), true, "")
-		}
-		if gate, need, note := s.gate(ctx, call, spec.ReplaySafe); need {
-			return s.blockForApproval(ctx, call, gate, note)
-		}
-	}
-	var in record.Intent
-	if rec == nil {
-		next := s.st.Clone()
-		in = record.Intent{Kind: record.StepTool, Step: next.Steps + 1, Turn: next.Turns, Entry: next.NextEntry,
-			CallID: call.ID, Tool: call.Name, Args: s.args(call), ReplaySafe: spec.ReplaySafe, Replay: string(tools.ClassOf(tool)),
-			Owner: s.w.cfg.ID, Started: now}
-		next.Pending = &in
-		// An approval lets one run through, this one.
-		next.Approved = ""
-		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
-		if err := s.writeIntent(ctx, next); err != nil {
-			return err
-		}
-	} else {
-		in = *rec
-		stored, current := in.ReplayClass(), tools.ClassUnsafe
-		if found {
-			current = tools.ClassOf(tool)
-		}
-		switch {
-		case stored == string(tools.ClassProbe) && current == tools.ClassProbe:
-		case stored == string(tools.ClassSafe) && current == tools.ClassSafe:
-		default:
-			s.w.m.recoveries.WithLabelValues(string(record.StepTool), "synthetic").Inc()
-			s.log.Warn("tool call interrupted and not replay-safe: settling a synthetic error result", "tool", call.Name, "call", call.ID, "stored", stored, "current", current)
-			return s.settleResult(ctx, call, in.Step, interruptedText, true, "")
-		}
-		if in.Attempt >= s.w.cfg.MaxRecoveries {
-			return s.settleResult(ctx, call, in.Step, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, in.Attempt+1), true, "")
-		}
-		if current == tools.ClassProbe {
-			done, err := s.probe(ctx, call, tool.(tools.Prober), in)
-			if done || err != nil {
-				return err
-			}
-		}
-		if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
-			next := s.st.Clone()
-			entries := []record.Entry{}
-			e := s.entry(&next, record.KindToolResult)
-			e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, interruptedText+"; not run again: budget exceeded", true
-			entries = append(entries, e)
-			next.Calls = next.Calls[1:]
-			return s.stopBudget(ctx, next, entries, limit, reason)
-		}
-		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "rerun").Inc()
-		next := s.st.Clone()
-		next.Pending.Attempt++
-		next.Pending.Owner = s.w.cfg.ID
-		if err := s.writeIntent(ctx, next); err != nil {
-			return err
-		}
-		in = *next.Pending
-	}
-	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
+	}()
+	return p.Probe(ctx, c)
+}
+
+// callTool makes the call of intent in, which is durable, and settles
+// its result.
+func (s *session) callTool(ctx context.Context, call record.CallRef, in record.Intent, tool toolsTool, spec toolsSpec, recovery bool) error {
+	s.fresh = 0
+	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
 
 	timeout := spec.Timeout
 	if timeout <= 0 {
@@ -150,7 +207,7 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 	if derr != nil {
 		res = toolOutcome{text: "no work folder: " + derr.Error(), isErr: true}
 	} else {
-		res = runTool(tctx, tool, call, s.toolCall(in, dir))
+		res = runTool(tctx, tool, s.toolCall(in, dir), call.Name)
 	}
 	abort := aborted(sctx)
 	deadline := sctx.Err() != nil && ctx.Err() == nil && abort == nil
@@ -164,7 +221,7 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 		s.log.Info("tool call aborted", "tool", call.Name, "call", call.ID, "step", in.Step, "why", abort)
 		return abort
 	}
-	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: rec != nil})
+	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
 	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepTool))...).Observe(time.Since(in.Started).Seconds())
 	if timedOut && res.isErr {
 		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
@@ -203,61 +260,25 @@ func (s *session) toolStep(ctx context.Context, call record.CallRef, rec *record
 	if res.block {
 		return s.block(ctx, call, in.Step, res.text)
 	}
-	return s.settleResult(ctx, call, in.Step, res.text, res.isErr, res.blob)
+	return s.settleResult(ctx, call, in, res.text, res.isErr, res.blob)
 }
 
-// probe asks a probing tool whether the effect of an interrupted call
-// happened: found, the call is settled with the result the tool reads
-// back (the comment's id and URL, say) and done is true; not found, the
-// caller makes the call once. A probe that cannot answer counts as an
-// attempt and fails the run's turn for a later retry, so a lookup that
-// keeps failing ends, after MaxRecoveries, as "may or may not have run".
-func (s *session) probe(ctx context.Context, call record.CallRef, p tools.Prober, in record.Intent) (done bool, err error) {
-	dir, derr := s.workDir()
-	if derr != nil {
-		return false, derr
-	}
-	pctx, cancel := s.stepContext(ctx)
-	res, found, perr := p.Probe(pctx, s.toolCall(in, dir))
-	cancel()
-	if ctx.Err() != nil {
-		return false, context.Cause(ctx)
-	}
-	switch {
-	case perr != nil:
-		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_failed").Inc()
-		s.log.Warn("probe of an interrupted call failed; trying again later", "tool", call.Name, "call", call.ID, "attempt", in.Attempt, "err", perr)
-		next := s.st.Clone()
-		next.Pending.Attempt++
-		next.Pending.Owner = s.w.cfg.ID
-		if err := s.writeIntent(ctx, next); err != nil {
-			return false, err
-		}
-		return false, fmt.Errorf("worker: probe %s call %s: %w", call.Name, call.ID, perr)
-	case found:
-		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_found").Inc()
-		s.log.Info("interrupted call had taken effect: settling the result its probe found", "tool", call.Name, "call", call.ID)
-		return true, s.settleResult(ctx, call, in.Step, res.Content, res.IsError, res.Blob)
-	}
-	s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_not_found").Inc()
-	s.log.Info("interrupted call had not taken effect: making it once", "tool", call.Name, "call", call.ID)
-	return false, nil
-}
-
-// settleResult settles a call's result under its reserved id.
-func (s *session) settleResult(ctx context.Context, call record.CallRef, step uint64, text string, isErr bool, blob string) error {
+// settleResult settles the result of call, the step of intent in, under
+// the id the intent reserved, tagged with the step and its attempt.
+func (s *session) settleResult(ctx context.Context, call record.CallRef, in record.Intent, text string, isErr bool, blob string) error {
 	next := s.st.Clone()
 	e := s.entry(&next, record.KindToolResult)
 	e.Name, e.CallID, e.Result, e.IsError, e.Blob = call.Name, call.ID, cut(text, record.MaxEntryBytes), isErr, blob
-	next.Calls = next.Calls[1:]
-	next.Pending = nil
-	next.Steps = step
+	e.Step, e.Attempt, e.Entries = in.Step, in.Attempt, 1
+	settleTool(&next, in, e)
 	if isErr {
 		next.RunToolErrors++
 	}
+	merged := s.mergeNext(ctx, &next, nil)
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
 	}
+	s.merged(merged)
 	outcome := "ok"
 	if isErr {
 		outcome = "error"
@@ -266,8 +287,34 @@ func (s *session) settleResult(ctx context.Context, call record.CallRef, step ui
 		outcome = "synthetic"
 	}
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), outcome)...).Inc()
-	s.log.Info("tool step settled", "turn", next.Turns, "step", step, "tool", call.Name, "call", call.ID, "is_error", isErr)
-	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: step, Tool: call.Name, CallID: call.ID})
+	s.log.Info("tool step settled", "turn", next.Turns, "step", in.Step, "tool", call.Name, "call", call.ID, "is_error", isErr)
+	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
+	return nil
+}
+
+// settleTool makes next the state the settlement of tool intent in with
+// result e writes: the call answered, the intent cleared.
+func settleTool(next *record.State, in record.Intent, e record.Entry) {
+	next.Calls = removeCall(next.Calls, e.CallID)
+	next.Pending = nil
+	next.Steps = in.Step
+	next.NextEntry = e.ID + 1
+}
+
+// adoptTool settles tool intent p with the result a settlement stored
+// before its state was written (record.Adopt): the call is not made
+// again, its result is not lost.
+func (s *session) adoptTool(ctx context.Context, p record.Intent, e record.Entry) error {
+	next := s.st.Clone()
+	settleTool(&next, p, e)
+	merged := s.mergeNext(ctx, &next, nil)
+	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
+		return err
+	}
+	s.merged(merged)
+	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), "adopted")...).Inc()
+	s.log.Info("tool step settled with the result stored before the interruption", "step", p.Step, "tool", e.Name, "call", e.CallID, "is_error", e.IsError)
+	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: p.Step, Tool: e.Name, CallID: e.CallID, Recovery: true})
 	return nil
 }
 

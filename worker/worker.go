@@ -78,7 +78,30 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	}
 	w.store.Retried = func(ref streams.SessionRef, why string, err error) {
 		w.m.writeRetries.WithLabelValues(why).Inc()
-		w.log.Warn("state write failed for a passing reason; trying again", "agent", ref.Agent, "session", ref.Session, "why", why, "err", err)
+		if why == "entry_replaced" {
+			w.log.Info("entry id taken by an entry no state names (its writer crashed or was fenced); replaced", "agent", ref.Agent, "session", ref.Session, "err", err)
+			return
+		}
+		w.log.Warn("write failed for a passing reason; trying again", "agent", ref.Agent, "session", ref.Session, "why", why, "err", err)
+	}
+	if cfg.Trace != nil {
+		// The points between a settlement's writes, for crash tests.
+		w.store.Between = func(ctx context.Context, ref streams.SessionRef, entries []record.Entry, created int) {
+			head := entries[0]
+			if head.Step == 0 {
+				return
+			}
+			kind := record.StepTool
+			if head.Kind == record.KindAssistant {
+				kind = record.StepModel
+			}
+			phase := PhaseCreated
+			if created < len(entries) {
+				phase = PhaseCreate
+			}
+			cfg.Trace(ctx, TracePoint{Phase: phase, Agent: ref.Agent, Session: ref.Session, Kind: kind, Step: head.Step,
+				Tool: head.Name, CallID: head.CallID, Recovery: head.Attempt > 0})
+		}
 	}
 	lkv, err := js.KeyValue(ctx, cfg.Names.BucketLeases())
 	if err != nil {

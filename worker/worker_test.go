@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,9 +235,11 @@ type gated struct {
 	inner   model.Model
 	calling chan struct{} // receives when a call starts
 	release chan struct{} // a call returns once this is closed
+	calls   atomic.Int64  // calls made
 }
 
 func (g *gated) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	g.calls.Add(1)
 	select {
 	case g.calling <- struct{}{}:
 	default:
@@ -274,8 +277,10 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 
 // TestStaleWorkerFenced takes a session away from a worker while its model
 // call is in flight, as a successor would after the worker's lease lapsed:
-// the worker's settlement is refused (it is fenced) and it writes nothing;
-// when the session comes back to it, it recovers the interrupted call.
+// the worker's state write is refused (it is fenced); the answer it
+// created under the reserved id belongs to no transcript until the
+// session comes back and recovery finds it stored whole and adopts it:
+// the call is not made (nor paid for) again.
 func TestStaleWorkerFenced(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -330,7 +335,7 @@ func TestStaleWorkerFenced(t *testing.T) {
 		}
 		return nil
 	})
-	// The fenced worker wrote nothing.
+	// The fenced worker's state write lost.
 	kve, err = sessions.Get(ctx, e.names.StateKey(ref))
 	if err != nil || kve.Revision() != claimed {
 		t.Fatalf("state revision %d after the fenced settlement, want %d (err %v)", kve.Revision(), claimed, err)
@@ -341,11 +346,14 @@ func TestStaleWorkerFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := e.waitStatus(t, ref, record.StatusDone)
-	if got, want := kinds(tr), "user,system,assistant"; got != want {
+	if got, want := kinds(tr), "user,assistant"; got != want {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
-	if tr.Budget.Usage.UnknownUsageCalls != 1 || tr.Budget.Usage.Turns != 1 {
-		t.Fatalf("usage %+v: want the interrupted call recorded once", tr.Budget.Usage)
+	if tr.Budget.Usage.UnknownUsageCalls != 0 || tr.Budget.Usage.Turns != 1 || g.calls.Load() != 1 {
+		t.Fatalf("usage %+v after %d model calls: want the stored answer adopted, one call", tr.Budget.Usage, g.calls.Load())
+	}
+	if v := metricValue(t, reg, "jetloop_worker_recoveries_total"); v != 1 {
+		t.Errorf("recoveries_total %v, want 1 (adopt)", v)
 	}
 }
 

@@ -1,0 +1,277 @@
+package record
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/streams"
+)
+
+// maxReplace bounds the rounds of replacing one taken entry id.
+const maxReplace = 8
+
+// Settle writes a settlement: each of entries created under its id with
+// a create-only write, then st compare-and-set over revision rev. Without
+// entries it is the compare-and-set alone.
+//
+// The creates come first: an entry is part of no transcript until a state
+// whose NextEntry is past it is written, so a crash between them leaves
+// entries that belong to nothing, and a reader never sees a state naming
+// an entry that is not there. They are sent together and their answers
+// awaited together (one round trip, however many), then the state is
+// written (the second). A second writer of an id loses: an id found
+// taken by the same bytes is this writer's own earlier attempt; taken by
+// other bytes while the state is still at rev, it is left over from a
+// writer that crashed or was fenced before its state write (no state
+// names it: the state is at rev and rev reserved the id), and it is
+// replaced, conditional on its revision; taken while the state has moved
+// on, this writer is fenced (ErrFenced), and nothing it writes is part of
+// any transcript.
+func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
+	if len(entries) > 0 {
+		if err := s.createEntries(ctx, ref, entries, rev); err != nil {
+			return 0, err
+		}
+		if s.Between != nil {
+			s.Between(ctx, ref, entries, len(entries))
+		}
+	}
+	return s.Update(ctx, ref, st, rev)
+}
+
+// encodeEntry returns the stored form of e, bounded by the server's
+// payload limit.
+func (s *Store) encodeEntry(ref streams.SessionRef, e Entry) ([]byte, error) {
+	b, err := marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("record: encode entry %d of %s: %w", e.ID, ref, err)
+	}
+	if maxPayload := int(s.nc.MaxPayload()); len(b) > maxPayload-1024 {
+		return nil, fmt.Errorf("record: entry %d of %s is %d bytes, over the server's max payload %d", e.ID, ref, len(b), maxPayload)
+	}
+	return b, nil
+}
+
+// createMsg is the create-only write of an entry: it lands only on a
+// subject without messages.
+func (s *Store) createMsg(ref streams.SessionRef, id uint64, b []byte) *nats.Msg {
+	m := &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, id)), Header: nats.Header{}, Data: b}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	return m
+}
+
+// createEntries creates entries, create-only, for a state at rev.
+func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entries []Entry, rev uint64) error {
+	if len(entries) > MaxToolCalls+8 {
+		return fmt.Errorf("record: settlement of %s has %d entries, max %d", ref, len(entries), MaxToolCalls+8)
+	}
+	bodies := make([][]byte, len(entries))
+	for i, e := range entries {
+		b, err := s.encodeEntry(ref, e)
+		if err != nil {
+			return err
+		}
+		bodies[i] = b
+	}
+	first := 0
+	if s.Between != nil && len(entries) > 1 {
+		if err := s.createOne(ctx, ref, entries[0].ID, bodies[0], rev); err != nil {
+			return err
+		}
+		s.Between(ctx, ref, entries, 1)
+		first = 1
+	}
+	if len(entries)-first == 1 {
+		return s.createOne(ctx, ref, entries[first].ID, bodies[first], rev)
+	}
+	// Send them all, then hear every answer: one round trip.
+	futs := make([]jetstream.PubAckFuture, len(entries))
+	for i := first; i < len(entries); i++ {
+		f, err := s.js.PublishMsgAsync(s.createMsg(ref, entries[i].ID, bodies[i]))
+		if err != nil {
+			// Not sent: made alone below.
+			continue
+		}
+		futs[i] = f
+	}
+	for i := first; i < len(entries); i++ {
+		var err error
+		if f := futs[i]; f != nil {
+			err = awaitAck(ctx, f)
+		} else {
+			err = errors.New("not sent")
+		}
+		if err == nil {
+			continue
+		}
+		if IsConflict(err) {
+			err = s.replace(ctx, ref, entries[i].ID, bodies[i], rev)
+		} else {
+			err = s.createOne(ctx, ref, entries[i].ID, bodies[i], rev)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitAck waits for the answer to an asynchronous publish.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+	defer cancel()
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-actx.Done():
+		return actx.Err()
+	}
+}
+
+// createOne creates one entry until it lands, is found to be this
+// writer's already, is replaced over a leftover, or the writer is fenced.
+func (s *Store) createOne(ctx context.Context, ref streams.SessionRef, id uint64, b []byte, rev uint64) error {
+	delay := writeRetryFirst
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		err := s.send(actx, s.createMsg(ref, id, b))
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case IsConflict(err):
+			return s.replace(ctx, ref, id, b, rev)
+		case ctx.Err() != nil:
+			return fmt.Errorf("record: create entry %d of %s: %w (last attempt: %v)", id, ref, context.Cause(ctx), err)
+		}
+		why, retry, _ := classifyWrite(err)
+		if !retry {
+			return fmt.Errorf("record: create entry %d of %s: %w", id, ref, err)
+		}
+		// An attempt without an answer may have landed: the next finds
+		// the id taken by the same bytes.
+		if s.Retried != nil {
+			s.Retried(ref, why, err)
+		}
+		if err := sleep(ctx, jitter(delay)); err != nil {
+			return fmt.Errorf("record: create entry %d of %s: %w (after %d attempts)", id, ref, err, n)
+		}
+		delay = min(2*delay, writeRetryMax)
+	}
+}
+
+// replace settles an entry id found taken: by the same bytes it is this
+// writer's; by others, it is replaced while the state is still at rev,
+// and the writer is fenced once the state has moved on.
+func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, b []byte, rev uint64) error {
+	key := s.names.LogKey(ref, id)
+	for range maxReplace {
+		gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		e, err := s.kv.Get(gctx, key)
+		cancel()
+		var erev uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// Deleted since (a tombstone): a create over it is
+			// conditional on the tombstone, like any replace.
+		case err != nil:
+			return fmt.Errorf("record: read taken entry %d of %s: %w", id, ref, err)
+		case bytes.Equal(e.Value(), b):
+			return nil
+		default:
+			erev = e.Revision()
+		}
+		st, srev, err := s.Load(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if srev != rev || st.NextEntry > id {
+			return fmt.Errorf("record: entry %d of %s is taken and the state moved on from revision %d to %d: %w", id, ref, rev, srev, ErrFenced)
+		}
+		if s.Retried != nil {
+			s.Retried(ref, "entry_replaced", fmt.Errorf("entry %d taken by an entry no state names", id))
+		}
+		uctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		if erev == 0 {
+			_, err = s.kv.Create(uctx, key, b)
+		} else {
+			_, err = s.kv.Update(uctx, key, b, erev)
+		}
+		cancel()
+		if err == nil || !IsConflict(err) {
+			if err != nil {
+				return fmt.Errorf("record: replace entry %d of %s: %w", id, ref, err)
+			}
+			return nil
+		}
+		// Written again meanwhile: look again.
+	}
+	return fmt.Errorf("record: entry %d of %s: taken again %d times while replacing it", id, ref, maxReplace)
+}
+
+// Stored returns the settlement of p that is stored under its reserved
+// ids, whole, or nil: the first entry at p.Entry written by a settlement
+// of step p.Step (an assistant entry for a model call, the call's
+// tool_result for a tool), and the Entries-1 after it written by the
+// same attempt. A settlement a crash cut short, or one whose entries a
+// later attempt replaced in part, is not whole.
+func (s *Store) Stored(ctx context.Context, ref streams.SessionRef, p Intent) ([]Entry, error) {
+	head, ok, err := s.entry(ctx, ref, p.Entry)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if head.Step != p.Step || head.Entries < 1 || head.Entries > MaxToolCalls+1 {
+		return nil, nil
+	}
+	switch p.Kind {
+	case StepModel:
+		if head.Kind != KindAssistant {
+			return nil, nil
+		}
+	case StepTool:
+		if head.Kind != KindToolResult || head.CallID != p.CallID || head.Entries != 1 {
+			return nil, nil
+		}
+	default:
+		return nil, nil
+	}
+	out := []Entry{head}
+	for i := 1; i < head.Entries; i++ {
+		e, ok, err := s.entry(ctx, ref, p.Entry+uint64(i))
+		if err != nil || !ok {
+			return nil, err
+		}
+		if e.Step != p.Step || e.Attempt != head.Attempt {
+			return nil, nil
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// entry reads the entry stored under id.
+func (s *Store) entry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
+	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+	defer cancel()
+	kve, err := s.kv.Get(gctx, s.names.LogKey(ref, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+	}
+	var e Entry
+	if err := json.Unmarshal(kve.Value(), &e); err != nil {
+		return Entry{}, false, fmt.Errorf("record: decode entry %d of %s (revision %s): %w", id, ref, strconv.FormatUint(kve.Revision(), 10), err)
+	}
+	return e, true, nil
+}
