@@ -337,11 +337,13 @@ func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, e
 	}
 	// Record what each MCP server offers of the tools a definition admits:
 	// the model is shown what was reviewed here, and nothing else.
+	unadmitted := make([]bool, len(defs))
 	for i, c := range defs {
-		if len(c.Definition.MCPServers) == 0 || len(problems) > 0 {
+		if len(c.Definition.MCPServers) == 0 {
 			continue
 		}
 		if err := s.cfg.Catalogs.Admit(ctx, c, req.Files[i].Name); err != nil {
+			unadmitted[i] = true
 			for _, p := range policies.Errors(err) {
 				problems = append(problems, p.Error())
 			}
@@ -352,7 +354,10 @@ func (s *Service) apply(ctx context.Context, req ApplyRequest) (ApplyResponse, e
 	}
 	// What the store would refuse as it stands (a rollout that cannot
 	// start) is found before anything is stored.
-	for _, c := range defs {
+	for i, c := range defs {
+		if unadmitted[i] {
+			continue // its catalog is missing: said above
+		}
 		if err := s.agents.CheckApply(ctx, c); err != nil {
 			for _, p := range policies.Errors(err) {
 				problems = append(problems, p.Error())

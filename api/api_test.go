@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,11 +17,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools/mcp/mcptest"
 )
 
 type harness struct {
@@ -633,4 +637,31 @@ func stateAt(agent, session string, st record.Status) record.State {
 	s := record.NewState(agent, session, time.Now().UTC())
 	s.Status = st
 	return s
+}
+
+func TestApplyRecordsMCPCatalogs(t *testing.T) {
+	h := start(t, api.Config{})
+	srv := mcptest.ServeHTTP(t, func() *sdk.Server { return mcptest.NewServer(mcptest.Options{Name: "srv"}) })
+	file := func(tools string) string {
+		return fmt.Sprintf("name: m\nmodel: {provider: scripted}\nmcp_servers:\n  - name: srv\n    url: %s\n    tools: [%s]\n", srv.URL, tools)
+	}
+	_, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "m.yaml", Content: file("echo, ehco")}}})
+	var e *api.Error
+	if !errors.As(err, &e) || len(e.Problems) != 1 || !strings.HasPrefix(e.Problems[0], "m.yaml:6:") || !strings.Contains(e.Problems[0], `offers no tool "ehco"; it offers echo, list_issues, slow`) {
+		t.Fatalf("apply of a tool the server lacks: %v", err)
+	}
+	if got, err := h.client.Agents(ctx(t)); err != nil || len(got.Agents) != 0 {
+		t.Fatalf("a refused apply stored %v (%v)", got.Agents, err)
+	}
+	if _, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "m.yaml", Content: file("echo")}}}); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := h.client.Agents(ctx(t))
+	if err != nil || len(agents.Agents) != 1 {
+		t.Fatalf("agents %v, %v", agents, err)
+	}
+	cat := agents.Agents[0].Definition.MCPServers[0].Catalog
+	if len(cat) != 1 || cat[0].Name != "echo" || cat[0].Description != mcptest.DefaultEchoDescription || !strings.Contains(string(cat[0].Schema), `"text"`) {
+		t.Fatalf("recorded catalog %+v", cat)
+	}
 }

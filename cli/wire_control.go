@@ -19,6 +19,7 @@ import (
 	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools/mcp"
 )
 
 // Files under `jetloop dev`'s --data folder holding the API token it
@@ -122,7 +123,13 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if err := metrics.Register(prometheus.DefaultRegisterer); err != nil {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
-	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit})
+	// apply records MCP servers' catalogs from here, with this process's
+	// environment for their headers.
+	catalogs, err := mcp.NewPool(mcp.Options{Getenv: rt.Getenv, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit, Catalogs: catalogs})
 	if err != nil {
 		return nil, err
 	}
