@@ -212,7 +212,7 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 			fail(t, fmt.Errorf("session %q: %w", d.Session, err))
 			continue
 		}
-		if d.Prompt, err = t.RenderPrompt(vars); err != nil {
+		if d.Prompt, err = t.RenderPrompt(ctx, vars); err != nil {
 			fail(t, err)
 			continue
 		}

@@ -74,7 +74,7 @@ triggers:
   - name: pr
     when: event.type.startsWith("com.github.pull_request.")
     session: event.data.repository.full_name + "#" + string(event.data.number)
-    prompt: "Review {{.data.repository.full_name}}#{{.data.number}}"
+    prompt: "Review {{ event.data.repository.full_name }}#{{ event.data.number }}"
 `
 
 const pusher = `name: pusher

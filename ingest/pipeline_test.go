@@ -105,7 +105,7 @@ triggers:
     session: event.data.repository.full_name + "#" + string(event.data.pull_request.number)
     prompt: |
       Review this pull request.
-      Title: {{.data.pull_request.title}}
+      Title: {{ event.data.pull_request.title }}
 `
 
 // A prompt written as a YAML block has newlines, which no CloudEvents

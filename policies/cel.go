@@ -52,9 +52,11 @@ var (
 type exprKind int
 
 const (
-	condOverEvent   exprKind = iota // trigger when: bool over event
-	stringOverEvent                 // trigger session, rate key: string over event
-	condOverTool                    // approval when: bool over tool, session
+	condOverEvent    exprKind = iota // trigger when: bool over event
+	stringOverEvent                  // trigger session, rate key: string over event
+	condOverTool                     // approval when: bool over tool, session
+	anyOverEvent                     // prompt interpolation: any value over event
+	payloadOverEvent                 // trigger payload: a map or a string over event
 )
 
 var envs = sync.OnceValues(func() ([2]*cel.Env, error) {
@@ -200,22 +202,30 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if err := checkFields(checked, known); err != nil {
 		return nil, err
 	}
-	want := cel.BoolType
-	if kind == stringOverEvent {
-		want = cel.StringType
-	}
 	out := checked.OutputType()
 	switch {
-	case out.IsExactType(want):
-	case out.IsExactType(cel.DynType) && want == cel.StringType:
-		// A field of the input (event.subject, event.data.x): a string,
-		// or a whole number EvalString writes in decimal, decided per
-		// input.
-	case out.IsExactType(cel.DynType):
-		// A bare field could be anything; a condition must be one.
-		return nil, &exprError{msg: "CEL: result is dyn (a field whose type is known only per input), want bool: compare it, e.g. event.data.merged == true"}
+	case kind == anyOverEvent:
+	case kind == payloadOverEvent:
+		if out.Kind() != types.MapKind && !out.IsExactType(cel.StringType) && !out.IsExactType(cel.DynType) {
+			return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want a map or a string", out)}
+		}
 	default:
-		return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want %s", out, want)}
+		want := cel.BoolType
+		if kind == stringOverEvent {
+			want = cel.StringType
+		}
+		switch {
+		case out.IsExactType(want):
+		case out.IsExactType(cel.DynType) && want == cel.StringType:
+			// A field of the input (event.subject, event.data.x): a string,
+			// or a whole number EvalString writes in decimal, decided per
+			// input.
+		case out.IsExactType(cel.DynType):
+			// A bare field could be anything; a condition must be one.
+			return nil, &exprError{msg: "CEL: result is dyn (a field whose type is known only per input), want bool: compare it, e.g. event.data.merged == true"}
+		default:
+			return nil, &exprError{msg: fmt.Sprintf("CEL: result is %s, want %s", out, want)}
+		}
 	}
 	// Refuse at load what the estimate proves too costly: a rule whose
 	// worst case exceeds the limit even when every field of the input is
@@ -305,6 +315,26 @@ func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
 		return false, fmt.Errorf("%w: %s: result is %s, want bool", ErrEval, x.src, out.Type().TypeName())
 	}
 	return b, nil
+}
+
+// evalValue evaluates an expression into plain Go (see nativeOf). A
+// field, key or index the input lacks is errMissing.
+func (x *Expr) evalValue(ctx context.Context, vars Vars) (any, error) {
+	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	if err == nil && types.IsError(out) {
+		err = out.(*types.Err)
+	}
+	if err != nil {
+		if isMissing(err) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %s: %w", errMissing, x.src, err)
+		}
+		return nil, fmt.Errorf("%w: %s: %w", ErrEval, x.src, err)
+	}
+	v, err := nativeOf(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrEval, x.src, err)
+	}
+	return v, nil
 }
 
 // EvalString evaluates a string expression. A field whose type is known

@@ -8,19 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/template"
-	"text/template/parse"
 	"unicode/utf8"
 
 	"github.com/jetloop/jetloop/schedule/pattern"
 	"github.com/jetloop/jetloop/tools"
 )
-
-// MaxPromptLen bounds a rendered trigger prompt, in bytes. The prompt
-// travels base64-encoded in one header of the admitted event, and a header
-// value holds at most events.MaxHeaderValueLen (8 KiB) bytes: 6 KiB of
-// prompt encode to exactly that.
-const MaxPromptLen = 6 << 10
 
 // Compiled is a validated definition with every rule compiled. It is
 // immutable and safe for concurrent use.
@@ -71,7 +63,9 @@ type CompiledTrigger struct {
 	// DebounceKey names a trigger's burst within the session; nil when
 	// the session has one burst.
 	DebounceKey *Expr
-	prompt      *template.Template
+	// Prompt renders the turn's leading text; nil without one.
+	Prompt  *Prompt
+	payload *Expr
 }
 
 // CompiledApproval is an approval gate with its condition compiled.
@@ -121,83 +115,17 @@ func DefaultSession(vars Vars) string {
 	return s
 }
 
-// RenderPrompt renders the trigger's prompt template with the event as
-// its dot ({{.data.pull_request.title}}); "" when the trigger has none.
-func (t *CompiledTrigger) RenderPrompt(vars Vars) (string, error) {
-	if t.prompt == nil {
+// RenderPrompt renders the trigger's prompt over vars; "" when the
+// trigger has none.
+func (t *CompiledTrigger) RenderPrompt(ctx context.Context, vars Vars) (string, error) {
+	if t.Prompt == nil {
 		return "", nil
 	}
-	var b limitedBuilder
-	if err := t.prompt.Execute(&b, vars.Event()); err != nil {
+	out, err := t.Prompt.Render(ctx, vars)
+	if err != nil {
 		return "", fmt.Errorf("%w: prompt of trigger %s: %w", ErrEval, t.Name, err)
 	}
-	return b.String(), nil
-}
-
-type limitedBuilder struct{ strings.Builder }
-
-// noValue is what text/template prints for a missing map key, in a write
-// of its own: a prompt that names a field the event lacks gets nothing
-// there instead.
-const noValue = "<no value>"
-
-func (b *limitedBuilder) Write(p []byte) (int, error) {
-	if string(p) == noValue {
-		return len(p), nil
-	}
-	if b.Len()+len(p) > MaxPromptLen {
-		return 0, fmt.Errorf("rendered prompt exceeds %d bytes", MaxPromptLen)
-	}
-	return b.Builder.Write(p)
-}
-
-// checkPrompt keeps a prompt's rendering linear in the size of the event:
-// a range inside a range, or templates that call templates, could run for
-// as long as their input is large squared (or longer) without writing
-// anything the output bound would stop.
-func checkPrompt(tpl *template.Template) error {
-	if len(tpl.Templates()) > 1 {
-		return errors.New("{{define}} and {{block}} are not supported in a prompt")
-	}
-	var walk func(n parse.Node, inRange bool) error
-	walk = func(n parse.Node, inRange bool) error {
-		switch n := n.(type) {
-		case *parse.ListNode:
-			if n == nil {
-				return nil
-			}
-			for _, c := range n.Nodes {
-				if err := walk(c, inRange); err != nil {
-					return err
-				}
-			}
-		case *parse.RangeNode:
-			if inRange {
-				return fmt.Errorf("line %d: a range inside a range is not supported in a prompt", n.Line)
-			}
-			if err := walk(n.List, true); err != nil {
-				return err
-			}
-			return walk(n.ElseList, inRange)
-		case *parse.IfNode:
-			if err := walk(n.List, inRange); err != nil {
-				return err
-			}
-			return walk(n.ElseList, inRange)
-		case *parse.WithNode:
-			if err := walk(n.List, inRange); err != nil {
-				return err
-			}
-			return walk(n.ElseList, inRange)
-		case *parse.TemplateNode:
-			return fmt.Errorf("line %d: {{template}} is not supported in a prompt", n.Line)
-		}
-		return nil
-	}
-	if tpl.Tree == nil {
-		return nil
-	}
-	return walk(tpl.Tree.Root, false)
+	return out, nil
 }
 
 // NeedsApproval returns the first approval gate whose condition holds for
@@ -325,6 +253,26 @@ func (c *checker) expr(field, src string, kind exprKind) *Expr {
 	return nil
 }
 
+// prompt compiles a prompt, positioning a fault like expr does.
+func (c *checker) prompt(field, src string) *Prompt {
+	p, err := compilePrompt(src)
+	if err == nil {
+		return p
+	}
+	e := &Error{Field: field, Err: err}
+	if c.loc != nil {
+		e.Line, e.Column = c.loc(field, 0, 0)
+		var xe *exprError
+		if errors.As(err, &xe) && xe.line > 0 {
+			if line, col := c.loc(field, xe.line, xe.col); line > 0 {
+				e.Line, e.Column = line, col
+			}
+		}
+	}
+	c.errs = append(c.errs, e)
+	return nil
+}
+
 func oneOf(v string, allowed []string) bool {
 	for _, a := range allowed {
 		if v == a {
@@ -397,14 +345,10 @@ func compile(d Definition, c *checker) *Compiled {
 			ct.Session = c.expr(f+".session", t.Session, stringOverEvent)
 		}
 		if t.Prompt != "" {
-			tpl, err := template.New(t.Name).Option("missingkey=zero").Parse(t.Prompt)
-			if err == nil {
-				err = checkPrompt(tpl)
-			}
-			if err != nil {
-				c.add(f+".prompt", fmt.Errorf("template: %w", err))
-			}
-			ct.prompt = tpl
+			ct.Prompt = c.prompt(f+".prompt", t.Prompt)
+		}
+		if t.Payload != "" && t.Payload != PayloadFull {
+			ct.payload = c.expr(f+".payload", t.Payload, payloadOverEvent)
 		}
 		if r := t.Rate; r != nil {
 			if r.Key == "" {
@@ -487,6 +431,7 @@ func compile(d Definition, c *checker) *Compiled {
 		}
 	}
 	checkRollout(c, d.Rollout)
+	checkContext(c, d)
 	return out
 }
 

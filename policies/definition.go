@@ -29,6 +29,12 @@ type Definition struct {
 	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
 	// Concurrency bounds how many of the agent's runs go on at once.
 	Concurrency *Concurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// Context is what of a session's history each model call receives:
+	// masking, compaction and notes. Without it every call receives the
+	// whole history since the session began.
+	Context *ContextPolicy `yaml:"context,omitempty" json:"context,omitempty"`
+	// Retention removes sessions at rest after an age or beyond a count.
+	Retention *Retention `yaml:"retention,omitempty" json:"retention,omitempty"`
 	// ApplyToRunning makes a new version apply to existing sessions at
 	// their next turn; by default a session keeps the version it started
 	// with.
@@ -116,9 +122,14 @@ type Trigger struct {
 	When string `yaml:"when" json:"when"`
 	// Session is a CEL string expression over `event` naming the session.
 	Session string `yaml:"session,omitempty" json:"session,omitempty"`
-	// Prompt is an optional template rendering the event into the turn's
-	// user message.
-	Prompt   string    `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	// Prompt is text leading the turn's message, with {{ expr }}
+	// interpolations of CEL over `event`.
+	Prompt string `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	// Payload is what of the event the model sees: a CEL expression over
+	// `event` giving a map or a string, or "full" for the whole data.
+	// Default: a compact projection per GitHub event kind, and the data as
+	// it is for other events.
+	Payload  string    `yaml:"payload,omitempty" json:"payload,omitempty"`
 	Rate     *Rate     `yaml:"rate,omitempty" json:"rate,omitempty"`
 	Debounce *Debounce `yaml:"debounce,omitempty" json:"debounce,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -67,6 +68,55 @@ func FuzzRule(f *testing.F) {
 		}
 		if _, err := c.Triggers[0].Admits(context.Background(), vars); err != nil && !errors.Is(err, policies.ErrEval) {
 			t.Fatalf("evaluation error %v is not ErrEval", err)
+		}
+	})
+}
+
+// FuzzPrompt compiles arbitrary prompts and payloads and renders those
+// that compile over an event with arbitrary JSON data: no panic, a
+// refusal is ErrInvalid, a rendering is at most MaxPromptLen bytes or an
+// ErrEval.
+func FuzzPrompt(f *testing.F) {
+	f.Add(`Review {{ event.data.title }} ({{ event.data.n > 1 ? "big" : "small" }})`, `{"title":"x}}","n":2}`)
+	f.Add(`{{ {"a": {"b": event.data}} }}}}{{`, `[1,2]`)
+	f.Add(`{{ '''}}''' + "\"}}" }} {{ event.data.map(x, x) }}`, `{"a":1}`)
+	f.Add(`{{.data.x}}`, `{}`)
+	f.Fuzz(func(t *testing.T, prompt, data string) {
+		def := policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+			Triggers: []policies.Trigger{{Name: "t", When: "true", Prompt: prompt, Payload: prompt}}}
+		c, err := policies.Compile(def)
+		if err != nil {
+			if !errors.Is(err, policies.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			def.Triggers[0].Payload = ""
+			if c, err = policies.Compile(def); err != nil {
+				return
+			}
+		}
+		e := event.New()
+		e.SetID("1")
+		e.SetSource("s")
+		e.SetType("com.github.push")
+		if err := e.SetData("application/json", []byte(data)); err != nil {
+			return
+		}
+		vars, err := policies.EventVars(e)
+		if err != nil {
+			return
+		}
+		ctx := context.Background()
+		out, err := c.Triggers[0].RenderPrompt(ctx, vars)
+		switch {
+		case err != nil && !errors.Is(err, policies.ErrEval) && !strings.Contains(err.Error(), "exceeds"):
+			t.Fatalf("render error %v is not ErrEval", err)
+		case len(out) > policies.MaxPromptLen:
+			t.Fatalf("rendered %d bytes", len(out))
+		}
+		if v, err := c.Triggers[0].PayloadOf(ctx, vars); err == nil {
+			if _, err := policies.PayloadText(v); err != nil {
+				t.Fatalf("payload %v does not render: %v", v, err)
+			}
 		}
 	})
 }

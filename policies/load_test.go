@@ -63,7 +63,20 @@ func TestParseErrors(t *testing.T) {
 		{name: "concurrency key does not compile", yaml: head + "concurrency: {limit: 2, key: event.data.repository.full_name +}\n", line: 3, field: "concurrency.key", msgContain: "Syntax error"},
 		{name: "concurrency without a limit", yaml: head + "concurrency: {key: event.source}\n", line: 3, field: "concurrency.limit", msgContain: "want 1 to"},
 		{name: "duplicate trigger", yaml: head + "triggers:\n  - {name: t, when: 'true'}\n  - {name: t, when: 'true'}\n", field: "triggers[1].name", msgContain: "twice"},
-		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "template"},
+		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "closing }}"},
+		{name: "go template prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: 'Title: {{.data.title}}'\n", line: 6, col: 23, field: "triggers[0].prompt", msgContain: "Go template syntax"},
+		{name: "prompt field typo", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: |\n      Review\n      {{ event.dta.title }}\n", line: 8, col: 15, field: "triggers[0].prompt", msgContain: `no field "dta"`},
+		{name: "payload not a map", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    payload: size(event.data) > 2\n", line: 6, field: "triggers[0].payload", msgContain: "want a map or a string"},
+		{name: "payload typo", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    payload: '{\"t\": event.tpye}'\n", line: 6, field: "triggers[0].payload", msgContain: `no field "tpye"`},
+		{name: "compact too small", yaml: head + "context: {compact_at_tokens: 10}\n", line: 3, field: "context.compact_at_tokens", msgContain: "1000"},
+		{name: "keep without compaction", yaml: head + "context: {mask_after_turns: 2, keep_last_turns: 3}\n", field: "context.keep_last_turns", msgContain: "compact_at_tokens"},
+		{name: "keep last zero", yaml: head + "context: {compact_at_tokens: 5000, keep_last_turns: 0}\n", field: "context.keep_last_turns", msgContain: "want 1"},
+		{name: "mask negative", yaml: head + "context: {mask_after_turns: -1}\n", field: "context.mask_after_turns", msgContain: "want 0"},
+		{name: "unknown context field", yaml: head + "context: {mask_after: 2}\n", line: 3, msgContain: "mask_after"},
+		{name: "notes tool listed", yaml: head + "tools: [notes_write]\ncontext: {notes: true}\n", field: "tools[0]", msgContain: "context: {notes: true}"},
+		{name: "empty retention", yaml: head + "retention: {}\n", field: "retention", msgContain: "max_age"},
+		{name: "retention too young", yaml: head + "retention: {max_age: 5s}\n", field: "retention.max_age", msgContain: "at least 1m"},
+		{name: "retention scope", yaml: head + "retention: {max_count: 5, sessions: some}\n", field: "retention.sessions", msgContain: "ephemeral"},
 		{name: "bad overlap", yaml: head + "schedules:\n  - {name: s, cron: '@hourly', overlap: pile}\n", field: "schedules[0].overlap", msgContain: "skip"},
 		{name: "two documents", yaml: head + "---\n" + head, line: 4, msgContain: "one agent a file"},
 		{name: "alias", yaml: "name: &n a\nmodel: {provider: scripted}\nsystem: *n\n", line: 3, msgContain: "anchors"},
@@ -195,7 +208,7 @@ func TestTriggerEvaluation(t *testing.T) {
 			if err != nil || s != tt.session {
 				t.Fatalf("session %q, %v; want %q", s, err, tt.session)
 			}
-			p, err := tr.RenderPrompt(vars)
+			p, err := tr.RenderPrompt(ctx, vars)
 			if err != nil || p != "Review PR #12: Fix it" {
 				t.Fatalf("prompt %q, %v", p, err)
 			}
