@@ -57,6 +57,14 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, fmt.Errorf("open object store %s: %w", rt.Names.ObjectBlobs(), err)
 	}
+	in, err := rt.JS.Stream(ctx, rt.Names.StreamIn())
+	if err != nil {
+		return Component{}, fmt.Errorf("open stream %s: %w", rt.Names.StreamIn(), err)
+	}
+	sessions, err := rt.JS.KeyValue(ctx, rt.Names.BucketSessions())
+	if err != nil {
+		return Component{}, fmt.Errorf("open bucket %s: %w", rt.Names.BucketSessions(), err)
+	}
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
 	// One set of GitHub clients serves every session of the worker: they
 	// share its installation tokens and rate limits.
@@ -65,7 +73,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, err
 	}
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		workerTools(rt, blobs, gh)...)
+		workerTools(rt, blobs, gh, in, sessions)...)
 	if err != nil {
 		return Component{}, err
 	}
@@ -112,8 +120,8 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 // workerTools are the tools a worker runs. Definitions are checked
 // against tools.Names when they are applied: the two must name the same
 // tools (wire_worker_internal_test.go holds them to it).
-func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients) []tools.Tool {
-	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names,
+func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients, in tools.EventStore, sessions tools.NotesStore) []tools.Tool {
+	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names, Events: in, Sessions: sessions,
 		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"}),
 		tools.GitHub(tools.GitHubConfig{Clients: gh})...)
 }

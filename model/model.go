@@ -35,6 +35,18 @@ type Request struct {
 	// MaxTokens bounds the response; 0 uses the provider default.
 	MaxTokens   int
 	Temperature *float64
+	// Earlier counts the session's answers that precede Messages without
+	// being in them (a compaction summarised them): a provider that
+	// answers by position (scripted) adds them to the answers it counts.
+	Earlier int
+	// RunTurn is the call's number within its run (from 1; 0 when
+	// unknown): a provider that answers by position within the run
+	// (scripted, script_scope: run) reads it, since the run's first turns
+	// may have been summarised.
+	RunTurn int
+	// Compact marks a request that asks for a summary of the conversation
+	// it carries (a compaction step) rather than the agent's next turn.
+	Compact bool
 }
 
 // Message is one turn of the conversation.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jetloop/jetloop/policies"
@@ -24,8 +25,12 @@ const (
 // Scripted is a deterministic model: one script entry answers one model
 // call, in order, per session. It keeps no state: the position in the
 // script is the number of assistant messages already in the request's
-// transcript, so a session continues where it was after a crash, and a call
-// made again (recovery of an unsettled model step) gets the same answer.
+// transcript (plus Request.Earlier, the answers a compaction summarised;
+// with script_scope run, Request.RunTurn), so a session continues where it
+// was after a crash, and a call made again (recovery of an unsettled model
+// step) gets the same answer. A compaction request (Request.Compact) is
+// answered with a deterministic digest of what it carries and consumes no
+// script entry.
 // It is safe for concurrent use.
 //
 // An entry with an error fails the call with the matching *Error. A failed
@@ -173,9 +178,15 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
-	pos := Position(req.Messages)
+	if req.Compact {
+		return s.summary(req), nil
+	}
+	pos := Position(req.Messages) + max(req.Earlier, 0)
 	if s.perRun {
 		pos = RunPosition(req.Messages)
+		if req.RunTurn > 0 {
+			pos = req.RunTurn - 1
+		}
 	}
 	a := s.then
 	if pos < len(s.entries) {
@@ -218,6 +229,39 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 		}
 	}
 	return resp, nil
+}
+
+// summary answers a compaction request without consuming the script: a
+// deterministic digest of what it was asked to summarise (how many
+// messages, their size, the first line of each), so a compaction made
+// again after a crash writes the same summary.
+func (s *Scripted) summary(req Request) Response {
+	var b strings.Builder
+	var n, size int
+	for _, m := range req.Messages {
+		n++
+		size += len(m.Text)
+	}
+	fmt.Fprintf(&b, "Summary (scripted) of %d messages, %d bytes:", n, size)
+	for _, m := range req.Messages {
+		for _, line := range strings.Split(m.Text, "\n") {
+			if line = strings.TrimSpace(line); strings.HasPrefix(line, "[") && len(line) > 1 {
+				if len(line) > 120 {
+					line = line[:120]
+				}
+				b.WriteString("\n- " + line)
+				if b.Len() > 4<<10 {
+					break
+				}
+			}
+		}
+	}
+	text := b.String()
+	u := Usage{InputTokens: int64(size / 4), OutputTokens: int64(len(text) / 4)}
+	if s.priced {
+		u.CostUSD = s.price.Cost(u)
+	}
+	return Response{Text: text, Usage: u, StopReason: "end_turn", Model: s.name}
 }
 
 // RunPosition is the number of assistant messages since the last user

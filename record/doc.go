@@ -2,7 +2,11 @@
 // state (State, under <agent>.<session>.state), its transcript (Entry,
 // under <agent>.<session>.log.<id>) and the step in flight (Intent), the
 // store that loads, creates and settles them (Store), and the readers the
-// API, the CLI and the benchmarks use (List, Show, Follow).
+// API, the CLI and the benchmarks use (List, Show, Follow). Window says
+// where a session's live context lives (the head, the latest summary,
+// the tail after it); ReadSpans reads those entries by key in batched
+// direct gets, so rebuilding a context costs what it holds, not what the
+// transcript holds.
 //
 // Every write of a state is a compare-and-set on the key's revision, the
 // session's fencing token. A settlement creates its entries create-only

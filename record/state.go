@@ -74,6 +74,9 @@ const (
 	KindToolResult Kind = "tool_result"
 	KindControl    Kind = "control"
 	KindSystem     Kind = "system"
+	// KindSummary stands, in the context, for the entries it covers: a
+	// compaction's summary (the entries stay in the transcript).
+	KindSummary Kind = "summary"
 )
 
 // Entry is one transcript entry, stored under <agent>.<session>.log.<id>.
@@ -115,6 +118,8 @@ type Entry struct {
 	// its intent reserved: how many entries the settlement wrote, this
 	// one included. Recovery adopts a stored settlement only whole.
 	Entries int `json:"entries,omitempty"`
+	// Covers is the span of entries a summary entry stands for.
+	Covers *Span `json:"covers,omitempty"`
 }
 
 // MarshalJSON writes the fields a kind always has even when empty, so
@@ -204,6 +209,10 @@ type Intent struct {
 	Attempt int       `json:"attempt,omitempty"`
 	Owner   string    `json:"owner"`
 	Started time.Time `json:"started"`
+	// Compaction is set on a model step that summarises part of the
+	// context instead of taking the agent's next turn: what it covers, so
+	// a recovery makes the same compaction again.
+	Compaction *Compaction `json:"compaction,omitempty"`
 }
 
 // Declared is the replay declaration the intent stored: Replay, or for
@@ -264,6 +273,7 @@ type State struct {
 	Account
 	Cursor
 	Work
+	Window
 	Fence
 }
 
@@ -277,6 +287,9 @@ type Origin struct {
 	ForkTurn int       `json:"fork_turn,omitempty"`
 	ForkSeq  uint64    `json:"fork_seq,omitempty"`
 	Created  time.Time `json:"created"`
+	// Ephemeral marks a session an ephemeral schedule started for one
+	// tick.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Standing is where a session stands and what it waits on.
@@ -506,6 +519,10 @@ func (s State) Clone() State {
 	if s.Queued != nil {
 		q := *s.Queued
 		c.Queued = &q
+	}
+	if s.Pending != nil && s.Pending.Compaction != nil {
+		cp := *s.Pending.Compaction
+		c.Pending.Compaction = &cp
 	}
 	return c
 }

@@ -265,6 +265,10 @@ func (n Names) LogKey(r SessionRef, seq uint64) string {
 // LogKeys matches every transcript key of a session.
 func (n Names) LogKeys(r SessionRef) string { return r.Key() + ".log.>" }
 
+// NotesKey is the key of a session's notes in jl_sessions (the agent's
+// own notes, written with notes_write).
+func (n Names) NotesKey(r SessionRef) string { return r.Key() + ".notes" }
+
 // SessionKeys matches every key of a session in jl_sessions.
 func (n Names) SessionKeys(r SessionRef) string { return r.Key() + ".>" }
 

@@ -32,6 +32,7 @@ func TestSubjects(t *testing.T) {
 		{name: "api", got: n.API("status"), want: "jl.api.status"},
 		{name: "kv subject", got: streams.KVSubject(n.BucketSessions(), n.StateKey(r)), want: "$KV.jl_sessions.pr-reviewer.octo=2Frepo=2312.state"},
 		{name: "state keys", got: n.StateKeys(), want: "*.*.state"},
+		{name: "notes key", got: n.NotesKey(r), want: "pr-reviewer.octo=2Frepo=2312.notes"},
 		{name: "result blob", got: blob, want: "pr-reviewer.octo=2Frepo=2312.result.call=2F1"},
 		{name: "event blob", got: eventBlob, want: "pr-reviewer.octo=2Frepo=2312.event.0123abcd"},
 	}

@@ -29,6 +29,13 @@ type BuiltinConfig struct {
 	Blobs BlobStore
 	// Names parses blob names (default streams.Default()).
 	Names streams.Names
+	// Events is the JL_IN stream read_event reads; nil: read_event
+	// answers that no event store is configured.
+	Events EventStore
+	// Sessions is the jl_sessions bucket: notes_read and notes_write keep
+	// the notes there, and read_blob reads transcript entries (the handles
+	// of masked results) from it.
+	Sessions NotesStore
 
 	// ShellTimeout bounds one shell call (default DefaultShellTimeout).
 	ShellTimeout time.Duration
@@ -119,11 +126,12 @@ func Names() []string {
 }
 
 // Builtins returns the built-in tools: shell, http_get, http_request,
-// ask_human and read_blob. Invalid settings (see Validate) are replaced by
-// defaults; call Validate first to refuse them instead.
+// ask_human, read_blob, read_event, notes_read and notes_write. Invalid
+// settings (see Validate) are replaced by defaults; call Validate first to
+// refuse them instead.
 func Builtins(cfg BuiltinConfig) []Tool {
 	if cfg.Validate() != nil {
-		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate}
+		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, Events: cfg.Events, Sessions: cfg.Sessions, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate}
 	}
 	cfg.setDefaults()
 	client := cfg.HTTPClient
@@ -135,6 +143,9 @@ func Builtins(cfg BuiltinConfig) []Tool {
 		&httpTool{get: true, client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
 		&httpTool{client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
 		askHuman{},
-		&readBlob{blobs: cfg.Blobs, names: cfg.Names, limit: cfg.BlobReadLimit},
+		&readBlob{blobs: cfg.Blobs, sessions: cfg.Sessions, names: cfg.Names, limit: cfg.BlobReadLimit},
+		&readEvent{events: cfg.Events, names: cfg.Names, limit: cfg.BlobReadLimit},
+		&notesRead{kv: cfg.Sessions, names: cfg.Names},
+		&notesWrite{kv: cfg.Sessions, names: cfg.Names},
 	}
 }

@@ -21,6 +21,9 @@ func TestBuiltinSpecs(t *testing.T) {
 		{name: "http_request", replaySafe: false, state: tools.Resource},
 		{name: "ask_human", replaySafe: true, state: tools.Stateless},
 		{name: "read_blob", replaySafe: true, state: tools.Stateless},
+		{name: "read_event", replaySafe: true, state: tools.Stateless},
+		{name: "notes_read", replaySafe: true, state: tools.Stateless},
+		{name: "notes_write", replaySafe: true, state: tools.Resource},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,10 +1,13 @@
 // Package tools owns the tool interface (name, description, JSON schema,
 // replay-safe flag, statefulness class, timeout), the registry, argument
 // validation against the schema, and the built-in tools: http_get,
-// http_request, shell, ask_human, read_blob (and, as they come,
-// delegate). MCP servers' tools are tools/mcp's; Registry.Mount runs such
-// a tool, whose spec is known only from an agent's definition, under the
-// registry's rules.
+// http_request, shell, ask_human, read_blob (which also reads masked
+// results back by their transcript key), read_event (a session's own
+// input event, whole or by path, from JL_IN), notes_read and notes_write
+// (a session's bounded notes in jl_sessions), and the GitHub tools. MCP
+// servers' tools are tools/mcp's; Registry.Mount runs such a tool, whose
+// spec is known only from an agent's definition, under the registry's
+// rules.
 //
 // Names lists the tools workers run; definitions are checked against it
 // when they are applied, so a tool a worker gains belongs in Builtins.

@@ -94,6 +94,11 @@ func parseArgs(tool string, raw json.RawMessage, max int) (any, error) {
 	if err != nil {
 		return nil, &ArgsError{Tool: tool, Problems: []string{"arguments: not valid JSON: " + err.Error()}}
 	}
+	if k := duplicateKey(trimmed); k != "" {
+		// The schema sees the last value and a tool's decoder the first:
+		// what was validated must be what runs.
+		return nil, &ArgsError{Tool: tool, Problems: []string{fmt.Sprintf("arguments: key %q appears twice", k)}}
+	}
 	if _, ok := v.(map[string]any); !ok {
 		return nil, &ArgsError{Tool: tool, Problems: []string{fmt.Sprintf("arguments: got %s, want an object", jsonKind(v))}}
 	}
@@ -166,4 +171,50 @@ func jsonKind(v any) string {
 func CheckSchema(tool string, schema json.RawMessage) error {
 	_, err := compileSchema(tool, schema)
 	return err
+}
+
+// duplicateKey returns a key that appears twice in one object of the JSON
+// document raw (which parses), or "".
+func duplicateKey(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		obj  bool
+		keys map[string]bool
+		key  bool // the next string token of an object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.key {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return k
+				}
+				top.keys[k] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: in an object, a key comes next.
+		if len(stack) > 0 && stack[len(stack)-1].obj {
+			stack[len(stack)-1].key = true
+		}
+	}
 }

@@ -110,6 +110,8 @@ type TracePoint struct {
 	Recovery bool
 	// Control is the verb of a control message (PhaseControl).
 	Control string
+	// Compact marks the model step of a compaction.
+	Compact bool
 }
 
 // Config configures a Worker. The zero values of optional fields are

@@ -44,7 +44,13 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 	case !errors.Is(err, ErrNotFound):
 		return "", err
 	}
-	entries, st := s.forkState(msg, seq, child)
+	// The copy is of the transcript, not of the live context: a
+	// compacted session's summarised turns are copied whole.
+	all, err := s.w.store.Entries(ctx, s.r.ref, s.st.NextEntry)
+	if err != nil {
+		return "", err
+	}
+	entries, st := s.forkState(all, msg, seq, child)
 	if err := s.w.store.WriteEntries(ctx, child, entries); err != nil {
 		return "", err
 	}
@@ -60,11 +66,12 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 
 // forkState returns the entries and the first state of the session a fork
 // creates: the transcript up to the end of turn msg.Turn, renumbered from
-// 1, the calls its last answer left without results, and the usage of the
-// answers copied. It is paused, to be resumed at once, unless nothing is
+// 1 (without the parent's summaries: the copy holds what they stood
+// for), the calls its last answer left without results, and the usage of
+// the answers copied. It is paused, to be resumed at once, unless nothing is
 // left for a model call to answer (the copy ends with an answer and no
 // text was given): then it is done and waits for an event.
-func (s *session) forkState(msg control.Message, seq uint64, child streams.SessionRef) ([]record.Entry, record.State) {
+func (s *session) forkState(all []record.Entry, msg control.Message, seq uint64, child streams.SessionRef) ([]record.Entry, record.State) {
 	now := time.Now().UTC()
 	st := record.NewState(child.Agent, child.Session, now)
 	st.Parent, st.ForkTurn, st.ForkSeq = s.r.ref.Session, msg.Turn, seq
@@ -75,9 +82,14 @@ func (s *session) forkState(msg control.Message, seq uint64, child streams.Sessi
 	var out []record.Entry
 	var calls []record.CallRef
 	last := record.Kind("")
-	for _, e := range s.log_ {
+	for _, e := range all {
 		if e.Turn > msg.Turn {
 			break
+		}
+		if e.Kind == record.KindSummary {
+			// It names entries by the parent's ids; the copy has them
+			// all, and compacts itself when its policy says so.
+			continue
 		}
 		e.ID = uint64(len(out) + 1)
 		switch e.Kind {

@@ -15,6 +15,7 @@ import (
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/window"
 )
 
 // input records one event: it starts a run, joins the transcript of a
@@ -66,24 +67,19 @@ func (s *session) input(ctx context.Context, in *input) error {
 	}
 	e.Name = ev.Type()
 	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
-	e.Text = eventText(ev.Type(), ev.DataContentType(), ev.Source(), ev.Subject(), ev.Data())
 	if n := extInt(ev.Extensions()[admission.ExtCount]); n > 1 {
 		// A debounced burst fired: the data is its latest event's.
 		e.Event.Count = n
-		e.Text = fmt.Sprintf("The latest of a burst of %d events:\n%s", n, e.Text)
-	}
-	// The admitting trigger's prompt template, rendered at ingest, leads
-	// the turn's message; the event follows it.
-	if p, perr := admission.Prompt(ev); perr != nil {
-		s.log.Warn("unreadable trigger prompt; the event goes without it", "seq", in.seq, "err", perr)
-	} else if p != "" {
-		e.Text = p + "\n\n" + e.Text
 	}
 	if ev.Type() == events.TypeRequest {
 		e.Kind = record.KindUser
 	}
 	if s.st.Status.Waiting() {
-		// It joins the context the session resumes with.
+		// It joins the context the session resumes with, as the
+		// definition it runs on renders it (or by default, when that is
+		// gone).
+		_ = s.ensure(ctx)
+		e.Text = s.eventText(ctx, ev, in.seq, e.Event.Count)
 		return s.commit(ctx, []record.Entry{e}, next)
 	}
 	entries := []record.Entry{e}
@@ -102,6 +98,8 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		return err
 	}
+	// The definition the run resolved renders the event.
+	entries[0].Text = s.eventText(ctx, ev, in.seq, e.Event.Count)
 	if moved != "" {
 		m := s.entry(&next, record.KindSystem)
 		m.Text = "definition: " + moved
@@ -218,7 +216,8 @@ func definitionError(agent string, err error) error {
 }
 
 // next takes the next step of a working session: the next tool call of
-// the last answer, else a model call.
+// the last answer, else a model call, compacting the context first when
+// the call's input would pass the policy's compact_at_tokens.
 func (s *session) next(ctx context.Context) error {
 	if err := s.ensure(ctx); err != nil {
 		return err
@@ -231,6 +230,15 @@ func (s *session) next(ctx context.Context) error {
 	}
 	if len(s.st.Steers) > 0 {
 		return s.flushSteers(ctx)
+	}
+	if limit, _ := budget(s.st, record.StepModel, time.Now()); limit == "" {
+		in, c, err := s.window(ctx, s.st.Turns+1)
+		if err != nil {
+			return err
+		}
+		if plan, ok := window.Due(in, c); ok {
+			return s.compactStep(ctx, plan)
+		}
 	}
 	return s.modelStep(ctx)
 }

@@ -66,6 +66,10 @@ func (s *session) mergeNext(ctx context.Context, next *record.State, entries []r
 	if limit, _ := budget(*next, record.StepModel, now); limit != "" {
 		return 0
 	}
+	if s.compactionDue(ctx, *next, entries) {
+		// The compaction comes first, as a step of its own.
+		return 0
+	}
 	in := s.modelIntent(next, now)
 	s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepModel, Step: in.Step})
 	return in.Step

@@ -36,6 +36,10 @@ type Metrics struct {
 	versionsMu sync.Mutex
 	newest     map[string]uint64          // the newest version seen, by agent
 	labelled   map[string]map[uint64]bool // versions with a label, by agent
+
+	compactions   prometheus.Counter
+	contextTokens prometheus.Histogram
+	maskedResults prometheus.Counter
 }
 
 // NewMetrics returns unregistered collectors; Register adds them to a
@@ -50,7 +54,7 @@ func NewMetrics() *Metrics {
 		}, []string{"agent", "version", "outcome"}),
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "steps_total",
-			Help: "Settled steps by agent, definition version, kind (model, tool) and outcome (ok, error, synthetic).",
+			Help: "Settled steps by agent, definition version, kind (model, tool, compact) and outcome (ok, error, synthetic).",
 		}, []string{"agent", "version", "kind", "outcome"}),
 		stepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "step_seconds",
@@ -59,7 +63,7 @@ func NewMetrics() *Metrics {
 		}, []string{"agent", "version", "kind"}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "recoveries_total",
-			Help: "Steps found with an intent and no settlement, by kind and the action of the recovery table (adopt, remake, rerun, synthetic; a probe by its outcome: probe_found, probe_not_found, probe_failed).",
+			Help: "Steps found with an intent and no settlement, by kind (model, tool, compact) and the action of the recovery table (adopt, remake, rerun, synthetic; a probe by its outcome: probe_found, probe_not_found, probe_failed).",
 		}, []string{"kind", "action"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "fenced_total",
@@ -102,13 +106,26 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "concurrency_slots_total",
 			Help: "Requests of runs for a concurrency slot, by result (granted; queued: none free, the event waits in JL_IN).",
 		}, []string{"result"}),
+		compactions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "compactions_total",
+			Help: "Compaction steps settled: parts of a context replaced by a summary.",
+		}),
+		contextTokens: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "context_tokens",
+			Help:    "Estimated input tokens of each model call's context.",
+			Buckets: prometheus.ExponentialBuckets(256, 2, 12),
+		}),
+		maskedResults: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "masked_results_total",
+			Help: "Tool results sent to a model call as a placeholder with a handle, summed over calls.",
+		}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.compactions, m.contextTokens, m.maskedResults} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

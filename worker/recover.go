@@ -45,6 +45,15 @@ func (s *session) recover(ctx context.Context) error {
 		// probe_failed).
 		s.w.m.recoveries.WithLabelValues(string(p.Kind), string(act)).Inc()
 	}
+	if p.Kind == record.StepModel && p.Compaction != nil {
+		// A compaction is a model call whose answer is a summary.
+		switch act {
+		case record.Adopt:
+			return s.adoptSummary(ctx, p, stored[0])
+		case record.Remake:
+			return s.remakeCompaction(ctx, p)
+		}
+	}
 	switch act {
 	case record.Adopt:
 		if p.Kind == record.StepModel {

@@ -13,15 +13,18 @@ import (
 )
 
 // session is a session being run by its lease holder: the state as last
-// written, its revision (the fencing token) and the transcript.
+// written, its revision (the fencing token) and its live context.
 type session struct {
-	r     *runner
-	w     *Worker
-	log   *slog.Logger
-	st    record.State
-	rev   uint64
-	log_  []record.Entry
-	calls map[string]bool // call ids used in the transcript
+	r   *runner
+	w   *Worker
+	log *slog.Logger
+	st  record.State
+	rev uint64
+	// live is the live context (record.State.Live): what the next model
+	// call is built from, never the whole transcript of a compacted
+	// session.
+	live  []record.Entry
+	calls map[string]bool // call ids used in the live context
 	// ctlRead is the state revision at which JL_CTL was last read.
 	ctlRead uint64
 	// fresh is the step of the pending intent this session wrote with the
@@ -39,7 +42,7 @@ type session struct {
 // claim takes the session over: it writes the state (creating it for a
 // new session) with this worker as owner and a new epoch, so a worker
 // whose lease lapsed is fenced from its next write on, then reads the
-// transcript.
+// live context: the entries the state's window names, by key.
 func (r *runner) claim(ctx context.Context) (*session, error) {
 	w := r.w
 	s := &session{r: r, w: w, log: r.log, calls: map[string]bool{}}
@@ -75,11 +78,11 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 		r.observe(st)
 		break
 	}
-	entries, err := w.store.Entries(ctx, r.ref, s.st.NextEntry)
+	entries, err := w.store.ReadSpans(ctx, r.ref, s.st.Live())
 	if err != nil {
 		return nil, err
 	}
-	s.log_ = entries
+	s.live = entries
 	for _, e := range entries {
 		if e.CallID != "" {
 			s.calls[e.CallID] = true
@@ -178,11 +181,14 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 	if err != nil {
 		return err
 	}
-	prev := s.st.Status
+	prev, prevSummary := s.st.Status, s.st.Summary
 	s.st, s.rev = next, rev
 	s.fresh = 0
 	s.r.observe(next)
-	s.log_ = append(s.log_, entries...)
+	s.live = append(s.live, entries...)
+	if next.Summary != prevSummary {
+		s.relive(next)
+	}
 	for _, e := range entries {
 		if e.CallID != "" {
 			s.calls[e.CallID] = true

@@ -87,7 +87,14 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	log := s.log.With("turn", in.Turn, "step", in.Step)
 
-	req := buildRequest(s.def, s.w.toolOf, s.log_)
+	_, win, err := s.window(ctx, in.Turn)
+	if err != nil {
+		return err
+	}
+	req := win.Request
+	req.RunTurn = s.st.RunTurns
+	s.w.m.contextTokens.Observe(float64(win.Tokens))
+	s.w.m.maskedResults.Add(float64(win.Masked))
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(mctx, req)
 	abort := aborted(mctx)
@@ -153,13 +160,14 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		entries = append(entries, e)
 	}
 	settleModel(&next, in, entries)
+	s.calibrate(&next, win, resp.Usage)
 	merged := s.mergeNext(ctx, &next, entries)
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
 	s.merged(merged)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
-	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "status", next.Status)
+	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/window"
 )
 
 type (
@@ -343,13 +344,14 @@ func (s *session) lookup(name string) (tool toolsTool, spec toolsSpec, ok bool) 
 	return t, t.Spec(), true
 }
 
-// toolOf finds a tool def allows by name.
+// toolOf finds a tool def allows by name: its tools, and the ones its
+// context policy brings (window.EffectiveTools).
 func (w *Worker) toolOf(def *policies.Definition, name string) (tools.Tool, bool) {
 	if _, _, isMCP := def.MCPTool(name); isMCP {
 		t, ok := w.mcpTools(def)[name]
 		return t, ok
 	}
-	for _, n := range def.Tools {
+	for _, n := range window.EffectiveTools(def) {
 		if n == name {
 			return w.cfg.Tools.Get(name)
 		}
@@ -359,9 +361,9 @@ func (w *Worker) toolOf(def *policies.Definition, name string) (tools.Tool, bool
 
 // args returns the arguments of a call from its tool_call entry.
 func (s *session) args(call record.CallRef) json.RawMessage {
-	for i := len(s.log_) - 1; i >= 0; i-- {
-		if s.log_[i].ID == call.Entry {
-			return s.log_[i].Args
+	for i := len(s.live) - 1; i >= 0; i-- {
+		if s.live[i].ID == call.Entry {
+			return s.live[i].Args
 		}
 	}
 	return json.RawMessage(`{}`)

@@ -26,17 +26,19 @@ import (
 // and run it with Run; several workers (in one process or many) share the
 // work through the per-agent consumers and the session leases.
 type Worker struct {
-	cfg    Config
-	js     jetstream.JetStream
-	nc     *nats.Conn
-	names  streams.Names
-	log    *slog.Logger
-	m      *Metrics
-	store  *record.Store
-	leases *leases
-	slots  *slots
-	in     jetstream.Stream
-	ctl    jetstream.Stream
+	cfg   Config
+	js    jetstream.JetStream
+	nc    *nats.Conn
+	names streams.Names
+	log   *slog.Logger
+	m     *Metrics
+	store *record.Store
+	// sessions is the jl_sessions bucket, where the notes are.
+	sessions jetstream.KeyValue
+	leases   *leases
+	slots    *slots
+	in       jetstream.Stream
+	ctl      jetstream.Stream
 	// schedules records tick results and holds the breakers.
 	schedules *schedule.HealthStore
 
@@ -102,6 +104,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 			cfg.Trace(ctx, TracePoint{Phase: phase, Agent: ref.Agent, Session: ref.Session, Kind: kind, Step: head.Step,
 				Tool: head.Name, CallID: head.CallID, Recovery: head.Attempt > 0})
 		}
+	}
+	if w.sessions, err = js.KeyValue(ctx, cfg.Names.BucketSessions()); err != nil {
+		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketSessions(), err)
 	}
 	lkv, err := js.KeyValue(ctx, cfg.Names.BucketLeases())
 	if err != nil {

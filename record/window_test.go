@@ -1,0 +1,126 @@
+package record
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/streams"
+)
+
+func TestLive(t *testing.T) {
+	st := NewState("a", "s", time.Now())
+	if st.Live() != nil {
+		t.Fatalf("a new session's context: %v", st.Live())
+	}
+	st.NextEntry = 40
+	if got := st.Live(); !slices.Equal(got, []Span{{1, 39}}) {
+		t.Fatalf("before compaction: %v", got)
+	}
+	// Compacted at entry 30: the head is 1-4, the summary (id 30) stands
+	// for 5-19, the tail is 20-29 and 31-39 around it.
+	st.HeadEnd, st.Summary, st.From = 5, 30, 20
+	if got := st.Live(); !slices.Equal(got, []Span{{1, 4}, {30, 30}, {20, 29}, {31, 39}}) {
+		t.Fatalf("after compaction: %v", got)
+	}
+	st.NextEntry = 31
+	st.HeadEnd = 1
+	if got := st.Live(); !slices.Equal(got, []Span{{30, 30}, {20, 29}}) {
+		t.Fatalf("no head, nothing after the summary: %v", got)
+	}
+}
+
+func writeEntries(t testing.TB, s *Store, ref streams.SessionRef, n int) {
+	t.Helper()
+	var es []Entry
+	for i := 1; i <= n; i++ {
+		es = append(es, Entry{ID: uint64(i), Kind: KindEvent, Text: fmt.Sprintf("entry %d %s", i, strings.Repeat("x", 200))})
+	}
+	if err := s.WriteEntries(context.Background(), ref, es); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReadSpans reads exactly the entries asked for, in the order asked,
+// across batches of the server's limit, and names an entry that is not
+// there.
+func TestReadSpans(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	writeEntries(t, s, ref, 1500)
+	other, _ := streams.NewSessionRef("demo", "s2")
+	writeEntries(t, s, other, 3)
+	got, err := s.ReadSpans(ctx, ref, []Span{{1, 2}, {1400, 1400}, {100, 1300}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, e := range got {
+		ids = append(ids, e.ID)
+	}
+	want := []uint64{1, 2, 1400}
+	for i := uint64(100); i <= 1300; i++ {
+		want = append(want, i)
+	}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("read %d entries, want %d; first %v", len(ids), len(want), ids[:min(5, len(ids))])
+	}
+	if !strings.HasPrefix(got[2].Text, "entry 1400 ") {
+		t.Fatalf("entry 1400 reads %q", got[2].Text[:20])
+	}
+	if _, err := s.ReadSpans(ctx, ref, []Span{{1499, 1501}}); err == nil || !strings.Contains(err.Error(), "lacks entry 1501") {
+		t.Fatalf("missing entry: %v", err)
+	}
+	if _, err := s.ReadSpans(ctx, other, []Span{{5, 6}}); err == nil || !strings.Contains(err.Error(), "lacks entry 5") {
+		t.Fatalf("no entry at all: %v", err)
+	}
+}
+
+// BenchmarkReadContext reads the last 50 entries of a transcript of n,
+// three ways: what a claim read before (a watch over every entry of the
+// session), one direct get per key, and one batched direct get. Only the
+// last does not grow with n.
+func BenchmarkReadContext(b *testing.B) {
+	for _, n := range []int{100, 2000} {
+		srv := natstest.RunServer(b)
+		_, js := natstest.Connect(b, srv.ClientURL())
+		ctx := context.Background()
+		if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+			b.Fatal(err)
+		}
+		s, err := Open(ctx, js, streams.Default())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ref, _ := streams.NewSessionRef("demo", "s1")
+		writeEntries(b, s, ref, n)
+		last := []Span{{uint64(n - 49), uint64(n)}}
+		b.Run(fmt.Sprintf("watch-all/entries=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.Entries(ctx, ref, uint64(n+1)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("get-each/entries=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				for id := n - 49; id <= n; id++ {
+					if _, err := s.kv.Get(ctx, s.names.LogKey(ref, uint64(id))); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("batch-get/entries=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := s.ReadSpans(ctx, ref, last); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

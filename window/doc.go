@@ -1,0 +1,14 @@
+// Package window owns what one model call receives: from a session's
+// live context (record.State.Live: the head, the latest summary and the
+// tail, never the whole transcript of a compacted session) and its
+// agent's context policy, the request (system prompt and notes, tools,
+// messages) with old tool results masked behind a placeholder and a
+// handle, the summary standing where the turns it covers were, and a
+// token estimate per part, calibrated on the provider's reported usage.
+// It also plans compactions (what to summarise, what to keep) and builds
+// the request that asks for the summary.
+//
+// It reads and writes nothing: the worker feeds it the entries it read
+// and makes the calls; the API feeds it the same to show a session's next
+// context (jetloop context).
+package window

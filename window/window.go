@@ -1,0 +1,293 @@
+package window
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// DefaultBytesPerToken is the estimate's rule before a provider has
+// reported usage for the session: about four bytes of English or code a
+// token.
+const DefaultBytesPerToken = 4.0
+
+// Input is what a context is built from.
+type Input struct {
+	Names streams.Names
+	Ref   streams.SessionRef
+	Def   *policies.Definition
+	// State is the session's state; Entries its live context in context
+	// order (State.Live), as the store read them.
+	State   record.State
+	Entries []record.Entry
+	// Turn is the turn of the call the context is for: State.Turns+1 for
+	// a new call, the intent's turn for one made again.
+	Turn int
+	// Notes are the session's notes (when the policy has them).
+	Notes string
+	// Tools are the specs of the tools the call offers (EffectiveTools).
+	Tools []model.ToolSpec
+}
+
+// Part is one part of a context: the system prompt, the notes, the tool
+// specs, or one transcript entry, with what it costs.
+type Part struct {
+	// Kind is "system", "notes", "tools", or the entry's kind.
+	Kind   string `json:"kind"`
+	Entry  uint64 `json:"entry,omitempty"`
+	Turn   int    `json:"turn,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Bytes  int    `json:"bytes"`
+	Tokens int64  `json:"tokens"`
+	// Masked marks a tool result the model sees as a placeholder, and
+	// Handle is what read_blob reads the whole result with.
+	Masked bool   `json:"masked,omitempty"`
+	Handle string `json:"handle,omitempty"`
+	// Covers is the span of entries a summary stands for.
+	Covers *record.Span `json:"covers,omitempty"`
+	// Text is what the model receives of the part.
+	Text string `json:"text,omitempty"`
+}
+
+// Context is what one model call receives, part by part.
+type Context struct {
+	Request model.Request
+	Parts   []Part
+	// Bytes is the size of the request by the measure the calibration
+	// uses; Tokens its estimate in tokens.
+	Bytes  int64
+	Tokens int64
+	// BytesPerToken is the estimate's rule: calibrated on the provider's
+	// last reported usage, else DefaultBytesPerToken.
+	BytesPerToken float64
+	Calibrated    bool
+	// Masked counts masked tool results.
+	Masked int
+}
+
+// Rate returns the bytes a token of st's session: calibrated on the last
+// usage its provider reported, else DefaultBytesPerToken.
+func Rate(st record.State) (float64, bool) {
+	if st.CalBytes > 0 && st.CalTokens > 0 {
+		r := float64(st.CalBytes) / float64(st.CalTokens)
+		if r >= 0.5 && r <= 32 {
+			return r, true
+		}
+	}
+	return DefaultBytesPerToken, false
+}
+
+// Estimate is n bytes in tokens at rate.
+func Estimate(n int64, rate float64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return int64(float64(n)/rate) + 1
+}
+
+// EffectiveTools are the tools a call of def offers: the declared ones
+// (its MCP servers' mounted ones among them), read_blob when masking
+// needs it, notes_read and notes_write with notes.
+func EffectiveTools(def *policies.Definition) []string {
+	out := def.ToolNames()
+	has := func(n string) bool {
+		for _, t := range out {
+			if t == n {
+				return true
+			}
+		}
+		return false
+	}
+	if p := def.Context; p != nil {
+		if p.MaskAfterTurns > 0 && !has("read_blob") {
+			out = append(out, "read_blob")
+		}
+		if p.Notes {
+			out = append(out, "notes_read", "notes_write")
+		}
+	}
+	return out
+}
+
+// partOverhead is what a message costs beside its text: role, ids,
+// framing.
+const partOverhead = 16
+
+// Build renders the live context as the model's conversation: the system
+// prompt (and the notes) first, then inputs and steers as user messages,
+// each answer with its tool calls, and the calls' results right after it
+// (inputs recorded while calls waited for their results follow the
+// results). Tool results of turns more than mask_after_turns before the
+// call become placeholders naming their handle; a summary stands where
+// the turns it covers were. System entries are the runtime's notes, not
+// context; of the control entries only steer and resume texts are.
+func Build(in Input) Context {
+	def := in.Def
+	rate, calibrated := Rate(in.State)
+	c := Context{BytesPerToken: rate, Calibrated: calibrated}
+	req := model.Request{
+		Model:       def.Model.Name,
+		System:      def.System,
+		MaxTokens:   def.Model.MaxTokens,
+		Temperature: def.Model.Temperature,
+		Tools:       in.Tools,
+		Earlier:     in.State.Summarised,
+	}
+	add := func(p Part) {
+		p.Tokens = Estimate(int64(p.Bytes), rate)
+		c.Bytes += int64(p.Bytes)
+		c.Parts = append(c.Parts, p)
+	}
+	if def.System != "" {
+		add(Part{Kind: "system", Bytes: len(def.System) + partOverhead, Text: def.System})
+	}
+	policy := policies.ContextPolicy{}
+	if def.Context != nil {
+		policy = *def.Context
+	}
+	if policy.Notes {
+		text := notesText(in.Notes)
+		req.System = strings.TrimSpace(req.System + "\n\n" + text)
+		add(Part{Kind: "notes", Bytes: len(text), Text: text})
+	}
+	if len(in.Tools) > 0 {
+		n := 0
+		var names []string
+		for _, t := range in.Tools {
+			n += len(t.Name) + len(t.Description) + len(t.Schema) + partOverhead
+			names = append(names, t.Name)
+		}
+		add(Part{Kind: "tools", Bytes: n, Name: strings.Join(names, ", ")})
+	}
+
+	msgs := req.Messages
+	last := func() *model.Message {
+		if len(msgs) == 0 {
+			return nil
+		}
+		return &msgs[len(msgs)-1]
+	}
+	user := func(text string) {
+		if l := last(); l != nil && l.Role == model.RoleUser {
+			l.Text += "\n\n" + text
+			return
+		}
+		msgs = append(msgs, model.Message{Role: model.RoleUser, Text: text})
+	}
+	// open are the calls of the last answer still without a result. Inputs
+	// recorded meanwhile (an event that reached a blocked session, a
+	// resume's text) wait in held until every call is answered: providers
+	// want an answer's tool calls followed by their results at once.
+	open := map[string]bool{}
+	var held []string
+	release := func() {
+		for _, text := range held {
+			user(text)
+		}
+		held = nil
+	}
+	for _, e := range in.Entries {
+		if e.Kind == record.KindSummary && e.ID != in.State.Summary {
+			// A summary the latest one stands for.
+			continue
+		}
+		p := Part{Kind: string(e.Kind), Entry: e.ID, Turn: e.Turn, Name: e.Name}
+		switch e.Kind {
+		case record.KindEvent, record.KindUser, record.KindControl, record.KindSummary:
+			if e.Kind == record.KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == record.KindControl && e.Text == "" {
+				// interrupt, cancel, approve and deny are the runtime's
+				// business; the model sees their effects.
+				continue
+			}
+			text := e.Text
+			switch e.Kind {
+			case record.KindControl:
+				text = "[" + e.Name + "] " + text
+			case record.KindSummary:
+				text = summaryText(e)
+				p.Covers = e.Covers
+			}
+			p.Bytes, p.Text = len(text)+partOverhead, text
+			add(p)
+			if len(open) > 0 {
+				held = append(held, text)
+				continue
+			}
+			user(text)
+		case record.KindAssistant:
+			clear(open)
+			release()
+			p.Bytes, p.Text = len(e.Text)+partOverhead, e.Text
+			add(p)
+			msgs = append(msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
+		case record.KindToolCall:
+			if l := last(); l != nil && l.Role == model.RoleAssistant {
+				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
+				open[e.CallID] = true
+				p.Bytes, p.Text = len(e.Name)+len(e.Args)+len(e.CallID)+partOverhead, string(e.Args)
+				add(p)
+			}
+		case record.KindToolResult:
+			content := e.Result
+			if policy.MaskAfterTurns > 0 && in.Turn-e.Turn > policy.MaskAfterTurns {
+				p.Masked, p.Handle = true, Handle(in.Names, in.Ref, e)
+				content = placeholder(e, p.Handle)
+				c.Masked++
+			}
+			p.Bytes, p.Text = len(content)+len(e.CallID)+partOverhead, content
+			add(p)
+			r := model.ToolResult{CallID: e.CallID, Content: content, IsError: e.IsError}
+			if l := last(); l != nil && l.Role == model.RoleTool {
+				l.ToolResults = append(l.ToolResults, r)
+			} else {
+				msgs = append(msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
+			}
+			delete(open, e.CallID)
+			if len(open) == 0 {
+				release()
+			}
+		}
+	}
+	release()
+	req.Messages = msgs
+	c.Request = req
+	c.Tokens = Estimate(c.Bytes, rate)
+	return c
+}
+
+// Handle is what read_blob reads a tool result back with: its jl_blobs
+// handle when it was offloaded, else its transcript key.
+func Handle(names streams.Names, ref streams.SessionRef, e record.Entry) string {
+	if e.Blob != "" {
+		return e.Blob
+	}
+	return names.LogKey(ref, e.ID)
+}
+
+func placeholder(e record.Entry, handle string) string {
+	what := "result"
+	if e.IsError {
+		what = "error result"
+	}
+	size := len(e.Result)
+	return fmt.Sprintf("[masked: the %s of %s (call %s, turn %d, %d bytes) is no longer shown; read_blob {\"handle\": %q} returns it]", what, e.Name, e.CallID, e.Turn, size, handle)
+}
+
+func summaryText(e record.Entry) string {
+	span := ""
+	if e.Covers != nil {
+		span = fmt.Sprintf(" of entries %d-%d", e.Covers.From, e.Covers.To)
+	}
+	return fmt.Sprintf("[summary%s, written when the conversation was compacted; what it stands for is no longer shown]\n%s", span, e.Text)
+}
+
+func notesText(notes string) string {
+	if strings.TrimSpace(notes) == "" {
+		notes = "(none yet)"
+	}
+	return "[your notes for this session: they stay whatever happens to the conversation; notes_write changes them]\n" + notes
+}

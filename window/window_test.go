@@ -1,0 +1,125 @@
+package window_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/window"
+)
+
+// turns builds a transcript of n turns: an event, an answer with a call,
+// its result.
+func turns(n int) []record.Entry {
+	var out []record.Entry
+	id := uint64(0)
+	add := func(e record.Entry) {
+		id++
+		e.ID = id
+		out = append(out, e)
+	}
+	for t := 1; t <= n; t++ {
+		add(record.Entry{Kind: record.KindEvent, Turn: t - 1, Text: "tick"})
+		add(record.Entry{Kind: record.KindAssistant, Turn: t, Text: "checking"})
+		add(record.Entry{Kind: record.KindToolCall, Turn: t, Name: "probe", CallID: "c" + string(rune('a'+t)), Args: []byte(`{}`)})
+		add(record.Entry{Kind: record.KindToolResult, Turn: t, Name: "probe", CallID: "c" + string(rune('a'+t)), Result: strings.Repeat("r", 1000)})
+	}
+	return out
+}
+
+func input(t *testing.T, p *policies.ContextPolicy, entries []record.Entry) window.Input {
+	t.Helper()
+	ref, err := streams.NewSessionRef("mon", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := record.NewState("mon", "s", time.Now())
+	st.Turns = entries[len(entries)-1].Turn
+	st.NextEntry = entries[len(entries)-1].ID + 1
+	def := &policies.Definition{Name: "mon", System: "watch", Context: p}
+	return window.Input{Names: streams.Default(), Ref: ref, Def: def, State: st, Entries: entries, Turn: st.Turns + 1}
+}
+
+func TestMaskAfterTurns(t *testing.T) {
+	in := input(t, &policies.ContextPolicy{MaskAfterTurns: 2}, turns(5))
+	c := window.Build(in)
+	var masked []int
+	for _, p := range c.Parts {
+		if p.Masked {
+			masked = append(masked, p.Turn)
+			if !strings.HasPrefix(p.Handle, "mon.s.log.") || !strings.Contains(p.Text, p.Handle) {
+				t.Errorf("part %+v", p)
+			}
+		}
+	}
+	// The next call is turn 6: results of turns 1-3 are more than 2 turns old.
+	if len(masked) != 3 || masked[0] != 1 || masked[2] != 3 || c.Masked != 3 {
+		t.Fatalf("masked turns %v", masked)
+	}
+	if full := window.Build(input(t, nil, turns(5))); full.Tokens <= c.Tokens || full.Masked != 0 {
+		t.Fatalf("unmasked %d tokens, masked %d", full.Tokens, c.Tokens)
+	}
+	// Provider usage calibrates the estimate.
+	in.State.CalBytes, in.State.CalTokens = 3000, 1000
+	if cc := window.Build(in); !cc.Calibrated || cc.BytesPerToken != 3 || cc.Tokens <= c.Tokens {
+		t.Fatalf("calibrated %+v", cc)
+	}
+	var ks []string
+	for _, m := range c.Request.Messages {
+		ks = append(ks, string(m.Role))
+	}
+	if strings.Join(ks, ",") != "user,assistant,tool,user,assistant,tool,user,assistant,tool,user,assistant,tool,user,assistant,tool" {
+		t.Fatalf("roles %v", ks)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	one, two := 1, 2
+	p := &policies.ContextPolicy{CompactAtTokens: 1000, KeepFirstTurns: &one, KeepLastTurns: &two}
+	in := input(t, p, turns(8))
+	c := window.Build(in)
+	plan, ok := window.Due(in, c)
+	if !ok {
+		t.Fatalf("not due at %d tokens", c.Tokens)
+	}
+	// Head: turn 1 (entries 1-4). Kept: turns 8 and 9 (9 is the coming
+	// call's, without entries yet): from entry 29.
+	if plan.HeadEnd != 5 || plan.Keep != 29 || plan.Answers != 6 {
+		t.Fatalf("plan %+v", plan)
+	}
+	req := window.CompactRequest(in, plan)
+	if !req.Compact || len(req.Messages) != 1 || !strings.Contains(req.Messages[0].Text, "[turn 2: event]") || strings.Contains(req.Messages[0].Text, "[turn 8:") {
+		t.Fatalf("compact request %q", req.Messages[0].Text)
+	}
+	// After the compaction: head, summary, tail.
+	sum := window.SummaryEntry(33, 8, plan, model.Response{Text: "all fine"})
+	st := in.State
+	st.HeadEnd, st.Summary, st.From, st.Summarised, st.NextEntry = plan.HeadEnd, 33, plan.Keep, plan.Answers, 34
+	var live []record.Entry
+	for _, sp := range st.Live() {
+		for id := sp.From; id <= sp.To; id++ {
+			if id == 33 {
+				live = append(live, sum)
+			} else {
+				live = append(live, in.Entries[id-1])
+			}
+		}
+	}
+	in.State, in.Entries = st, live
+	after := window.Build(in)
+	if after.Tokens >= c.Tokens || after.Request.Earlier != 6 {
+		t.Fatalf("after compaction %d tokens (before %d), earlier %d", after.Tokens, c.Tokens, after.Request.Earlier)
+	}
+	// The head's answer and result, then the summary leading the kept
+	// event in one user message.
+	if m := after.Request.Messages[3]; m.Role != model.RoleUser || !strings.HasPrefix(m.Text, "[summary of entries 5-28") || !strings.HasSuffix(m.Text, "all fine\n\ntick") {
+		t.Fatalf("fourth message %q", m.Text)
+	}
+	if _, ok := window.Plan(in); ok {
+		t.Fatal("a compaction right after one plans again")
+	}
+}

@@ -1,0 +1,218 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// recorder keeps every request a model received.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []model.Request
+	m    model.Model
+}
+
+func (r *recorder) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.m.Complete(ctx, req)
+}
+
+func (r *recorder) requests() []model.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]model.Request(nil), r.reqs...)
+}
+
+func (r *recorder) factory(spec policies.Model) (model.Model, error) {
+	m, err := model.NewScripted(spec)
+	r.m = m
+	return r, err
+}
+
+// size is a request's size in bytes of text.
+func size(req model.Request) int {
+	n := len(req.System)
+	for _, m := range req.Messages {
+		n += len(m.Text)
+		for _, c := range m.ToolCalls {
+			n += len(c.Args)
+		}
+		for _, r := range m.ToolResults {
+			n += len(r.Content)
+		}
+	}
+	return n
+}
+
+// big is a tool whose every result is 3 KB.
+type big struct{}
+
+func (big) Spec() tools.Spec {
+	return tools.Spec{Name: "probe", Description: "measure", Schema: json.RawMessage(`{"type":"object"}`), ReplaySafe: true, State: tools.Stateless}
+}
+
+func (big) Call(_ context.Context, c tools.Call) (tools.Result, error) {
+	return tools.Result{Content: c.ID + ": " + strings.Repeat("latency ok; ", 256)}, nil
+}
+
+// A persistent session under a context policy: old tool results reach
+// the model as placeholders with a handle, the context is compacted into
+// a summary when it would pass compact_at_tokens, the notes are in every
+// call, and the requests stay bounded while the transcript keeps every
+// entry.
+func TestContextPolicyBoundsRequests(t *testing.T) {
+	e := setup(t)
+	kv, err := e.js.KeyValue(context.Background(), e.names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(tools.RegistryOptions{}, append(tools.Builtins(tools.BuiltinConfig{Sessions: kv}), big{})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepFirst, keepLast := 1, 2
+	def := policies.Definition{Name: "mon", Tools: []string{"probe"},
+		System: "You watch an endpoint.",
+		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+			{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}}},
+			{Text: "Noted.", ToolCalls: []policies.ScriptToolCall{{Name: "notes_write", Args: map[string]any{"text": "baseline: latency ok", "mode": "replace"}}}},
+			{Text: "Nothing drifted."},
+		}},
+		Context: &policies.ContextPolicy{MaskAfterTurns: 3, CompactAtTokens: 2000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast, Notes: true},
+	}
+	rec := &recorder{}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.RegistryTools(reg), Models: rec.factory, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "health")
+	const events = 12
+	for i := range events {
+		e.send(t, ref, "tick")
+		e.waitStatusTurns(t, ref, record.StatusDone, 3*(i+1))
+	}
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	reqs := rec.requests()
+	var summaries, compactions int
+	for _, en := range tr.Transcript {
+		if en.Kind == record.KindSummary {
+			summaries++
+			if en.Covers == nil || en.Covers.From == 0 || en.Covers.To < en.Covers.From || en.Text == "" {
+				t.Errorf("summary %d covers %v: %q", en.ID, en.Covers, en.Text)
+			}
+		}
+	}
+	var maxSize, firstSize int
+	for i, r := range reqs {
+		if r.Compact {
+			compactions++
+			continue
+		}
+		if i == 0 {
+			firstSize = size(r)
+		}
+		maxSize = max(maxSize, size(r))
+	}
+	if summaries == 0 || summaries != compactions {
+		t.Fatalf("%d summaries, %d compaction requests", summaries, compactions)
+	}
+	// Every entry stays in the transcript: 3 answers, 2 calls, 2 results
+	// and the input per event, and the summaries.
+	if got, want := len(tr.Transcript), events*8+summaries; got != want {
+		t.Fatalf("transcript has %d entries, want %d: %s", got, want, kinds(tr))
+	}
+	last := reqs[len(reqs)-1]
+	text := requestText(last)
+	for _, want := range []string{"[summary of entries", "[masked: the result of probe", "read_blob", "baseline: latency ok"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the last request lacks %q", want)
+		}
+	}
+	// Bounded: one event adds a probe result of 3 KB; the context stays
+	// within the threshold (2000 tokens, 8000 bytes) and one event.
+	t.Logf("requests: first %d bytes, largest %d, %d compactions", firstSize, maxSize, compactions)
+	if maxSize > 8000+6000 {
+		t.Fatalf("largest request %d bytes (first %d)", maxSize, firstSize)
+	}
+	var offered []string
+	for _, sp := range last.Tools {
+		offered = append(offered, sp.Name)
+	}
+	if strings.Join(offered, ",") != "probe,read_blob,notes_read,notes_write" {
+		t.Fatalf("tools offered: %v", offered)
+	}
+	st, _, err := loadState(e, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Summary == 0 || st.HeadEnd == 0 || st.From == 0 || st.Summarised == 0 {
+		t.Fatalf("window %+v", st.Window)
+	}
+	// A masked result reads back whole with its handle.
+	var handle string
+	for _, m := range last.Messages {
+		for _, r := range m.ToolResults {
+			if i := strings.Index(r.Content, `{"handle": "`); i >= 0 && handle == "" {
+				handle = r.Content[i+len(`{"handle": "`):]
+				handle = handle[:strings.Index(handle, `"`)]
+			}
+		}
+	}
+	rb, _ := reg.Get("read_blob")
+	res, err := rb.Call(context.Background(), tools.Call{Agent: "mon", Session: "health", Args: json.RawMessage(`{"handle": "` + handle + `"}`)})
+	if err != nil || res.IsError || !strings.Contains(res.Content, "latency ok; latency ok;") {
+		t.Fatalf("read_blob %q: %+v, %v", handle, res, err)
+	}
+	res, _ = rb.Call(context.Background(), tools.Call{Agent: "mon", Session: "other", Args: json.RawMessage(`{"handle": "` + handle + `"}`)})
+	if !res.IsError {
+		t.Fatalf("another session read %q", handle)
+	}
+}
+
+func requestText(r model.Request) string {
+	var b strings.Builder
+	b.WriteString(r.System)
+	for _, m := range r.Messages {
+		b.WriteString("\n" + m.Text)
+		for _, res := range m.ToolResults {
+			b.WriteString("\n" + res.Content)
+		}
+	}
+	return b.String()
+}
+
+func loadState(e *env, ref streams.SessionRef) (record.State, uint64, error) {
+	s, err := record.Open(context.Background(), e.js, e.names)
+	if err != nil {
+		return record.State{}, 0, err
+	}
+	return s.Load(context.Background(), ref)
+}
+
+// waitStatusTurns waits until the session rests in status after at least
+// turns turns.
+func (e *env) waitStatusTurns(t *testing.T, ref streams.SessionRef, want record.Status, turns int) {
+	t.Helper()
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		st, _, err := loadState(e, ref)
+		if err != nil {
+			return err
+		}
+		if st.Status != want || st.Turns < turns {
+			return fmt.Errorf("status %s after %d turns (%s), want %s after %d", st.Status, st.Turns, st.Reason, want, turns)
+		}
+		return nil
+	})
+}
