@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,12 +37,25 @@ type mcpServer struct {
 	gate chan struct{}
 }
 
-func startMCP(t *testing.T, name string) *mcpServer {
+func startMCP(t *testing.T, name string, wrap ...func(http.Handler) http.Handler) *mcpServer {
 	s := &mcpServer{rec: mcptest.NewRecorder(), desc: mcptest.DefaultEchoDescription, gate: make(chan struct{})}
 	s.http = mcptest.ServeHTTP(t, func() *sdk.Server {
 		return mcptest.NewServer(mcptest.Options{Name: name, EchoDescription: s.desc, Record: s.rec.Record, SlowGate: s.gate})
-	})
+	}, wrap...)
 	return s
+}
+
+// requireAuth refuses requests without the Authorization header value.
+func requireAuth(value string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != value {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // apply runs `jetloop apply` on a definition written to a file.
@@ -99,7 +113,7 @@ func TestDevAgentUsesMCPServers(t *testing.T) {
 	t.Setenv("MCP_TEST_TOKEN", "Bearer t0ken")
 	p := startProc(t, bin, devArgs(t.TempDir())...)
 	url := p.waitReady(time.Minute)["nats"]
-	srv, gh := startMCP(t, "srv"), startMCP(t, "github")
+	srv, gh := startMCP(t, "srv", requireAuth("Bearer t0ken")), startMCP(t, "github")
 	linEvents := filepath.Join(t.TempDir(), "linear.jsonl")
 	argv, _ := json.Marshal(mcptest.Command("linear", linEvents, "", ""))
 
@@ -181,6 +195,28 @@ mcp_servers:
 		if n := srv.rec.Count("done", "slow"); n != 0 {
 			t.Fatalf("slow finished %d times", n)
 		}
+	})
+
+	t.Run("timeout bounds a call", func(t *testing.T) {
+		apply(t, bin, url, fmt.Sprintf(`name: mcp-timeout
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: srv.slow}]
+    - text: Gave up.
+mcp_servers:
+  - {name: srv, url: %s, headers_env: {Authorization: MCP_TEST_TOKEN}, tools: [slow], timeout: 1s}
+`, srv.http.URL))
+		before := srv.rec.Count("notifications/cancelled", "")
+		if _, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "--timeout", "1m", "mcp-timeout", "s1", "go"); err != nil {
+			t.Fatal(err)
+		}
+		s := waitStatus(t, bin, url, "mcp-timeout/s1", "done")
+		rs := results(s)
+		if len(rs) != 1 || rs[0]["is_error"] != true || !strings.Contains(fmt.Sprint(rs[0]["result"]), "timed out after 1s") {
+			t.Fatalf("results %v", rs)
+		}
+		srv.rec.WaitN(t, "notifications/cancelled", "", before+1, 30*time.Second)
 	})
 
 	t.Run("restart between calls, then a changed description", func(t *testing.T) {
