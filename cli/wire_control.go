@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools/mcp"
+	"github.com/jetloop/jetloop/worker"
 )
 
 // Files under `jetloop dev`'s --data folder holding the API token it
@@ -163,7 +164,13 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		}
 		return "", err
 	}
-	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Log: log.With("receiver", "slack"), Gate: g})
+	// A message that is not a command is a user request to its channel's
+	// session, on the path of every user request.
+	send := func(ctx context.Context, ref streams.SessionRef, text, id, source, thread string) (uint64, error) {
+		return worker.Send(ctx, rt.JS, rt.Names, ref, worker.Request{Text: text, ID: id, Source: source, Thread: thread})
+	}
+	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Send: send,
+		Log: log.With("receiver", "slack"), Gate: g})
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,10 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		Models: func(spec policies.Model) (model.Model, error) {
 			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log))
 		},
-		Tools:    worker.RegistryTools(registry),
+		Tools: worker.RegistryTools(registry),
+		// Answers to Slack messages go back to their thread; without a
+		// bot token the transcript says so.
+		Reply:    tools.SlackReply(tools.SlackConfig{Token: getenv(tools.EnvSlackBotToken), APIURL: getenv("JETLOOP_SLACK_API_URL")}),
 		MCP:      mcp.Options{Getenv: getenv, Metrics: reg},
 		WorkDir:  workDir,
 		LeaseTTL: leaseTTL,

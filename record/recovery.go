@@ -51,6 +51,9 @@ var recoveryTable = []recoveryRow{
 	{"tool with a probe (stored and current declaration both probe)", func(p Pending) bool {
 		return p.Kind == StepTool && p.Stored == ReplayProbe && p.Current == ReplayProbe
 	}, Probe},
+	{"post of the run's answer to its chat thread, stored and current declaration both probe", func(p Pending) bool {
+		return p.Kind == StepReply && p.Stored == ReplayProbe && p.Current == ReplayProbe
+	}, Probe},
 	{"any other tool", func(Pending) bool { return true }, Synthetic},
 }
 

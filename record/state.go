@@ -175,6 +175,10 @@ type StepKind string
 const (
 	StepModel StepKind = "model"
 	StepTool  StepKind = "tool"
+	// StepReply posts the run's answer into the chat thread its event came
+	// from (a Slack thread); its Tool, Args and CallID are the post's, the
+	// CallID naming it in the post's marker.
+	StepReply StepKind = "reply"
 )
 
 // Intent is a step committed before its effect: what is about to happen

@@ -130,6 +130,10 @@ type Config struct {
 	// Mounter (RegistryTools), MCP servers' tools are called through it
 	// too.
 	Tools Tools
+	// Reply posts a run's final answer into the chat thread its event came
+	// from (tools.SlackReply), as a step of its own with a probe; nil:
+	// answers stay in the transcript.
+	Reply tools.Prober
 	// MCP configures the connections to the MCP servers definitions
 	// declare (mcp_servers), one per session and server, closed when the
 	// session rests.

@@ -95,6 +95,12 @@ func (s *session) looked() bool {
 // withdraw takes a fresh intent out of next, as if it had never been
 // written: its step number is given again.
 func (s *session) withdraw(next *record.State) {
+	if p := next.Pending; p != nil && p.Kind == record.StepReply {
+		// The answer is settled; only its post is pending. Taken back, the
+		// run would call the model again: it stays, and recovery's probe
+		// posts it once.
+		return
+	}
 	if p := next.Pending; p != nil && p.Step == s.fresh {
 		if p.Kind == record.StepModel {
 			next.Turns--
@@ -107,8 +113,11 @@ func (s *session) withdraw(next *record.State) {
 // begin makes the effect of the fresh intent.
 func (s *session) begin(ctx context.Context) error {
 	p := *s.st.Pending
-	if p.Kind == record.StepModel {
+	switch p.Kind {
+	case record.StepModel:
 		return s.callModel(ctx, p, false)
+	case record.StepReply:
+		return s.replyStep(ctx, p, false)
 	}
 	call, ok := outstanding(s.st, p.CallID)
 	tool, spec, found := s.lookup(p.Tool)

@@ -35,8 +35,13 @@ func (s *session) recover(ctx context.Context) error {
 		return err
 	}
 	tool, spec, found := toolsTool(nil), toolsSpec{}, false
-	if p.Kind == record.StepTool {
+	switch p.Kind {
+	case record.StepTool:
 		tool, spec, found = s.lookup(call.Name)
+	case record.StepReply:
+		if s.w.cfg.Reply != nil {
+			tool, found = s.w.cfg.Reply, true
+		}
 	}
 	act := record.Recovery(record.Pending{Kind: p.Kind, Stored: p.Declared(), Current: replayOf(tool, found), Found: stored != nil})
 	s.log.Warn("recovering step with an intent and no settlement", "step", p.Step, "kind", p.Kind, "tool", p.Tool, "call", p.CallID, "attempt", p.Attempt, "previous_owner", p.Owner, "action", act)
@@ -53,6 +58,15 @@ func (s *session) recover(ctx context.Context) error {
 		case record.Remake:
 			return s.remakeCompaction(ctx, p)
 		}
+	}
+	if p.Kind == record.StepReply {
+		switch act {
+		case record.Adopt:
+			return s.adoptReply(ctx, p, stored[0])
+		case record.Probe:
+			return s.replyStep(ctx, p, true)
+		}
+		return s.settleReply(ctx, p, "answer post interrupted"+mayHaveRun)
 	}
 	switch act {
 	case record.Adopt:

@@ -21,6 +21,9 @@ type Request struct {
 	ID string
 	// Source is the event source; default "/jetloop/cli".
 	Source string
+	// Thread is the chat thread the request came from, where the run's
+	// answer is posted (events.SlackThread); empty: none.
+	Thread string
 }
 
 // Send publishes a request to a session's subject as a dev.jetloop.request
@@ -41,6 +44,9 @@ func Send(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	e.SetTime(time.Now().UTC())
 	e.SetExtension(events.ExtAgent, ref.Agent)
 	e.SetExtension(events.ExtSession, ref.Session)
+	if req.Thread != "" {
+		e.SetExtension(events.ExtThread, req.Thread)
+	}
 	if err := e.SetData("text/plain; charset=utf-8", []byte(req.Text)); err != nil {
 		return 0, fmt.Errorf("worker: send to %s: %w", ref, err)
 	}

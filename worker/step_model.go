@@ -162,6 +162,9 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	settleModel(&next, in, entries)
 	s.calibrate(&next, win, resp.Usage)
 	merged := s.mergeNext(ctx, &next, entries)
+	if r := s.withReply(&next, a.Text); r != nil {
+		merged = r.Step
+	}
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
@@ -202,6 +205,9 @@ func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []reco
 	next := s.st.Clone()
 	settleModel(&next, p, stored)
 	merged := s.mergeNext(ctx, &next, stored)
+	if r := s.withReply(&next, stored[0].Text); r != nil {
+		merged = r.Step
+	}
 	// Its entries are there already: their creates find them.
 	if err := s.commit(ctx, stored, next); err != nil {
 		return err

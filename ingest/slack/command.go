@@ -50,3 +50,6 @@ func ParseCommand(text string) (m control.Message, ok bool, err error) {
 	}
 	return m, true, nil
 }
+
+// stripMentions removes the mentions that lead a message.
+func stripMentions(text string) string { return mentionRE.ReplaceAllString(text, "") }

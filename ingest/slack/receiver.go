@@ -12,12 +12,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -40,6 +42,7 @@ const (
 const (
 	sourceSignature = "slack-signature"
 	sourceEvent     = "slack-event"
+	sourceMessage   = "slack-message"
 )
 
 // Config configures a Receiver.
@@ -62,7 +65,14 @@ type Config struct {
 	// to the sender and nothing is published; an error is a failure Slack
 	// retries.
 	Check func(ctx context.Context, ref streams.SessionRef, m control.Message) (refusal string, err error)
-	Log   *slog.Logger
+	// Send, when set, makes a message of a mapped channel that is not a
+	// command a user request to the channel's session, once per message
+	// (id is the channel and the message's ts), whose answer goes to the
+	// thread it came from (thread: events.SlackThread of the channel and
+	// the thread's first ts). jetloop dev and jetloop ingest set it to the
+	// path of every user request. Nil: such messages are ignored.
+	Send func(ctx context.Context, ref streams.SessionRef, text, id, source, thread string) (seq uint64, err error)
+	Log  *slog.Logger
 	// Gate admits a request before its body is read, from its unverified
 	// pool (a Slack signature covers the body), and reads the body at its
 	// minimum rate within the request's deadline. Share the listener's
@@ -214,6 +224,9 @@ type request struct {
 	channel   string
 	user      string
 	text      string
+	// ts is the message's timestamp, threadTS its thread's first (empty
+	// for a message that starts no thread yet).
+	ts, threadTS string
 	// id identifies the delivery across Slack's retries.
 	id string
 	// ignore says why a request carries no command.
@@ -267,6 +280,9 @@ func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.Respons
 		return r.answer(in, false, "ignored: "+in.ignore), nil
 	}
 	m, ok, err := ParseCommand(in.text)
+	if !ok && r.cfg.Send != nil && !in.slash && in.ts != "" {
+		return r.request(ctx, log, in)
+	}
 	if !ok {
 		return r.answer(in, false, "no command; try: stop, pause, resume [text], steer <text>, approve <id>, deny <id>"), nil
 	}
@@ -323,6 +339,46 @@ func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.Respons
 	return out, nil
 }
 
+// request sends a message that is not a command to the channel's session
+// as a user request, once: Slack delivers one message as both a message
+// and an app_mention event, and retries each; the request's id is the
+// channel and the message's ts, the same for all of them.
+func (r *Receiver) request(ctx context.Context, log *slog.Logger, in request) (any, error) {
+	ref, ok := r.cfg.Channels[in.channel]
+	if !ok {
+		log.Debug("slack message from a channel that is mapped to no session")
+		return r.answer(in, false, fmt.Sprintf("channel %s is mapped to no session (add it to JETLOOP_SLACK_CHANNELS)", in.channel)), nil
+	}
+	text := strings.TrimSpace(stripMentions(in.text))
+	if text == "" {
+		return r.answer(in, false, "ignored: empty message"), nil
+	}
+	id := in.channel + ":" + in.ts
+	if _, seen, err := r.seen.Seen(ctx, sourceMessage+"/"+in.team, id); err != nil {
+		return nil, err
+	} else if seen {
+		log.Info("slack message already sent", "agent", ref.Agent, "session", ref.Session)
+		return map[string]any{"ok": true, "duplicate": true}, nil
+	}
+	thread := in.threadTS
+	if thread == "" {
+		thread = in.ts
+	}
+	seq, err := r.cfg.Send(ctx, ref, text, id, "/chat/slack/"+url.PathEscape(in.team), events.SlackThread(in.channel, thread))
+	if err != nil {
+		return nil, err
+	}
+	log.Info("slack message sent as a request", "agent", ref.Agent, "session", ref.Session, "seq", seq)
+	out := map[string]any{"ok": true, "agent": ref.Agent, "session": ref.Session, "seq": seq}
+	b, _ := json.Marshal(out)
+	if err := r.seen.Record(ctx, sourceMessage+"/"+in.team, id, b); err != nil {
+		// Published already: a retry inside JL_IN's window is still
+		// dropped by its message id.
+		log.Warn("slack: remember sent message", "err", err)
+	}
+	return out, nil
+}
+
 // answer is the response body: for a slash command, a message only its
 // sender sees; for an event, a record Slack ignores.
 func (r *Receiver) answer(in request, ok bool, text string) any {
@@ -339,13 +395,14 @@ type envelope struct {
 	TeamID    string `json:"team_id"`
 	EventID   string `json:"event_id"`
 	Event     struct {
-		Type    string `json:"type"`
-		Subtype string `json:"subtype"`
-		User    string `json:"user"`
-		BotID   string `json:"bot_id"`
-		Text    string `json:"text"`
-		Channel string `json:"channel"`
-		TS      string `json:"ts"`
+		Type     string `json:"type"`
+		Subtype  string `json:"subtype"`
+		User     string `json:"user"`
+		BotID    string `json:"bot_id"`
+		Text     string `json:"text"`
+		Channel  string `json:"channel"`
+		TS       string `json:"ts"`
+		ThreadTS string `json:"thread_ts"`
 	} `json:"event"`
 }
 
@@ -377,7 +434,8 @@ func parseRequest(contentType string, body []byte) (request, error) {
 		default:
 			return request{ignore: fmt.Sprintf("request type %q", e.Type)}, nil
 		}
-		in := request{team: e.TeamID, channel: e.Event.Channel, user: e.Event.User, text: e.Event.Text, id: e.EventID}
+		in := request{team: e.TeamID, channel: e.Event.Channel, user: e.Event.User, text: e.Event.Text, id: e.EventID,
+			ts: e.Event.TS, threadTS: e.Event.ThreadTS}
 		switch {
 		case e.EventID == "":
 			return request{}, refuse(http.StatusBadRequest, "event_callback without event_id")
