@@ -48,11 +48,10 @@ var recoveryTable = []recoveryRow{
 	{"tool, stored and current declaration both replay-safe", func(p Pending) bool {
 		return p.Kind == StepTool && p.Stored == ReplaySafe && p.Current == ReplaySafe
 	}, Rerun},
+	// An answer's post to its chat thread (StepReply) is a tool step of
+	// the runtime's own, with a probe.
 	{"tool with a probe (stored and current declaration both probe)", func(p Pending) bool {
-		return p.Kind == StepTool && p.Stored == ReplayProbe && p.Current == ReplayProbe
-	}, Probe},
-	{"post of the run's answer to its chat thread, stored and current declaration both probe", func(p Pending) bool {
-		return p.Kind == StepReply && p.Stored == ReplayProbe && p.Current == ReplayProbe
+		return (p.Kind == StepTool || p.Kind == StepReply) && p.Stored == ReplayProbe && p.Current == ReplayProbe
 	}, Probe},
 	{"any other tool", func(Pending) bool { return true }, Synthetic},
 }

@@ -21,6 +21,9 @@ func TestRecovery(t *testing.T) {
 		{"probe when stored, safe now", Pending{Kind: StepTool, Stored: ReplayProbe, Current: ReplaySafe}, Synthetic},
 		{"safe when stored, probe now", Pending{Kind: StepTool, Stored: ReplaySafe, Current: ReplayProbe}, Synthetic},
 		{"unsafe", Pending{Kind: StepTool, Stored: ReplayUnsafe, Current: ReplayUnsafe}, Synthetic},
+		{"answer post with a probe", Pending{Kind: StepReply, Stored: ReplayProbe, Current: ReplayProbe}, Probe},
+		{"answer post, poster gone", Pending{Kind: StepReply, Stored: ReplayProbe}, Synthetic},
+		{"stored answer post", Pending{Kind: StepReply, Stored: ReplayProbe, Found: true}, Adopt},
 	}
 	for _, tt := range tests {
 		if got := Recovery(tt.p); got != tt.want {
