@@ -127,6 +127,7 @@ model:
         - {name: srv.echo, args: {text: hello}}
         - {name: github.list_issues}
         - {name: linear.list_issues}
+        - {name: linear.echo, args: {text: $LINEAR_TOKEN}}
     - text: Done.
 mcp_servers:
   - name: srv
@@ -139,9 +140,10 @@ mcp_servers:
     replay_safe: [list_issues]
   - name: linear
     command: %s
-    tools: [list_issues]
+    env: {LINEAR_TOKEN: MCP_TEST_TOKEN}
+    tools: [list_issues, echo]
 `, srv.http.URL, gh.http.URL, argv))
-		if !strings.Contains(out, "mcp server linear: admitted list_issues") {
+		if !strings.Contains(out, "mcp server linear: admitted list_issues, echo") {
 			t.Fatalf("apply printed %q", out)
 		}
 		if _, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "--timeout", "1m", "mcp-e2e", "s1", "go"); err != nil {
@@ -152,7 +154,8 @@ mcp_servers:
 		for _, r := range results(s) {
 			got = append(got, fmt.Sprintf("%v=%v", r["name"], r["result"]))
 		}
-		want := "srv.echo=hello|github.list_issues=issues of github: #1, #2|linear.list_issues=issues of linear: #1, #2"
+		// linear's echo of $LINEAR_TOKEN shows the stdio server got env.
+		want := "srv.echo=hello|github.list_issues=issues of github: #1, #2|linear.list_issues=issues of linear: #1, #2|linear.echo=Bearer t0ken"
 		if strings.Join(got, "|") != want {
 			t.Fatalf("results %q, want %q", strings.Join(got, "|"), want)
 		}

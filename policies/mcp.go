@@ -41,6 +41,10 @@ type MCPServer struct {
 	// the environment variable (of the process that connects) holding its
 	// value, so no secret is stored in the definition.
 	HeadersEnv map[string]string `yaml:"headers_env,omitempty" json:"headers_env,omitempty"`
+	// Env maps an environment variable of a stdio server to the name of
+	// the worker's variable holding its value (the server gets PATH, HOME
+	// and these, not the worker's environment).
+	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
 	// Tools is the admitted catalog: the server's tools the agent may
 	// call, by their names on the server. Nothing else the server offers
 	// reaches the model.
@@ -183,6 +187,21 @@ func checkMCP(c *checker, d Definition) {
 			}
 			if len(s.HeadersEnv) > 0 {
 				c.addf(f+".headers_env", "only a url server takes headers")
+			}
+		}
+		if len(s.Env) > 0 && s.URL != "" {
+			c.addf(f+".env", "only a command server takes an environment (a url server takes headers_env)")
+		}
+		for name, env := range s.Env {
+			ef := f + ".env." + name
+			switch {
+			case !envNameRE.MatchString(name):
+				c.addf(ef, "%q is not an environment variable name", name)
+			case name == "PATH" || name == "HOME" || name == "PWD" || strings.HasPrefix(name, "JETLOOP_"):
+				c.addf(ef, "%s is set by the runtime", name)
+			}
+			if !envNameRE.MatchString(env) {
+				c.addf(ef, "%q: want the name of the worker's environment variable holding the value", env)
 			}
 		}
 		for h, env := range s.HeadersEnv {

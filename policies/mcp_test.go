@@ -71,6 +71,9 @@ func TestParseMCPServerErrors(t *testing.T) {
 		{"timeout", head + "  - {name: a, url: http://h/mcp, tools: [x], timeout: 2h}\n", 4, "mcp_servers[0].timeout", "at most 1h"},
 		{"mounted tool not admitted", "name: a\nmodel: {provider: scripted}\ntools: [a.y]\nmcp_servers:\n  - {name: a, url: http://h/mcp, tools: [x]}\n", 3, "tools[0]", "does not admit"},
 		{"mounted tool of no server", "name: a\nmodel: {provider: scripted}\ntools: [b.y]\n", 3, "tools[0]", `no MCP server "b"`},
+		{"env on url", head + "  - {name: a, url: http://h/mcp, env: {A: B}, tools: [x]}\n", 4, "mcp_servers[0].env", "only a command server"},
+		{"env value not a variable", head + "  - name: a\n    command: [x]\n    env: {TOKEN: 'abc def'}\n    tools: [x]\n", 6, "mcp_servers[0].env.TOKEN", "name of the worker's environment variable"},
+		{"env the runtime sets", head + "  - name: a\n    command: [x]\n    env: {PATH: P}\n    tools: [x]\n", 6, "mcp_servers[0].env.PATH", "set by the runtime"},
 		{"unknown field", head + "  - {name: a, url: http://h/mcp, tools: [x], tool: [y]}\n", 4, "", "unknown field"},
 	}
 	for _, tt := range tests {

@@ -47,6 +47,12 @@ func (p *Pool) Admit(ctx context.Context, c *policies.Compiled, file string) err
 				unset = true
 			}
 		}
+		for _, name := range sortedKeys(s.Env) {
+			if p.opts.Getenv(s.Env[name]) == "" {
+				fail(f+".env."+name, fmt.Errorf("environment variable %s is not set in the process that applies (it starts the server to record the catalog)", s.Env[name]))
+				unset = true
+			}
+		}
 		if unset {
 			continue
 		}

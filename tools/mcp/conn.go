@@ -480,6 +480,13 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 		return nil, nil, fmt.Errorf("work folder: %w", err)
 	}
 	env := append(minimalEnv(workDir), "JETLOOP_AGENT="+agent, "JETLOOP_SESSION="+session)
+	for _, name := range sortedKeys(s.Env) {
+		v := p.opts.Getenv(s.Env[name])
+		if v == "" {
+			return nil, nil, fmt.Errorf("env %s: environment variable %s is not set", name, s.Env[name])
+		}
+		env = append(env, name+"="+v)
+	}
 	proc, stdout, stdin, err := startProcess(s.Command, workDir, env, p.opts.StopGrace)
 	if err != nil {
 		return nil, nil, err

@@ -696,3 +696,23 @@ func TestLargeResultGoesToBlobs(t *testing.T) {
 		t.Fatalf("bad arguments = %+v, %v (echo calls %d)", res, err, srv.count("call", "echo"))
 	}
 }
+
+func TestStdioServerGetsItsEnvAndNotTheWorkers(t *testing.T) {
+	t.Setenv("JETLOOP_TEST_WORKER_SECRET", "worker-only")
+	decl := policies.MCPServer{Name: "srv", Command: mcptest.Command("srv", "", "", ""), Env: map[string]string{"SRV_TOKEN": "TOKEN_VAR"}, Tools: []string{"echo"}}
+	env := map[string]string{"TOKEN_VAR": "s3cret"}
+	p := newPool(t, mcp.Options{Getenv: func(k string) string { return env[k] }})
+	ts := toolMap(t, p, admit(t, p, decl))
+	for arg, want := range map[string]string{"$SRV_TOKEN": "s3cret", "$JETLOOP_TEST_WORKER_SECRET": "", "$JETLOOP_SESSION": "s1"} {
+		res, err := call(t, context.Background(), ts["srv.echo"], "s1", fmt.Sprintf(`{"text":%q}`, arg))
+		if err != nil || res.IsError || res.Content != want {
+			t.Fatalf("%s in the server = %+v, %v; want %q", arg, res, err, want)
+		}
+	}
+	// An unset variable refuses the connect, naming it.
+	delete(env, "TOKEN_VAR")
+	res, err := call(t, context.Background(), ts["srv.echo"], "s2", `{"text":"x"}`)
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "TOKEN_VAR is not set") {
+		t.Fatalf("call without the variable = %+v, %v", res, err)
+	}
+}

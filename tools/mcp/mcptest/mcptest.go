@@ -77,7 +77,12 @@ func NewServer(o Options) *sdk.Server {
 	sdk.AddTool(s, &sdk.Tool{Name: "echo", Description: o.EchoDescription}, func(ctx context.Context, _ *sdk.CallToolRequest, in echoIn) (*sdk.CallToolResult, any, error) {
 		rec(Event{Kind: "call", Tool: "echo", Text: in.Text})
 		defer rec(Event{Kind: "done", Tool: "echo"})
-		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: in.Text}}}, nil, nil
+		text := in.Text
+		if name, ok := strings.CutPrefix(text, "$"); ok {
+			// "$NAME" answers the server's environment variable NAME.
+			text = os.Getenv(name)
+		}
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil, nil
 	})
 	type slowIn struct {
 		Seconds float64 `json:"seconds,omitempty" jsonschema:"how long to take; default 60"`
