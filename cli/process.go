@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/ingest/gate"
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -48,6 +50,29 @@ type Runtime struct {
 	// readmit is the ingest's, when this process runs one: the API
 	// redrives dead letters of admission through it.
 	readmit dlq.Readmit
+	// trees starts the tool processes of every worker of the process.
+	trees *proctree.Starter
+}
+
+// Trees is the starter of tool processes every worker of the process
+// shares, keeping its records under workDir's .trees folder (agent names
+// cannot start with a dot), made on first use.
+func (rt *Runtime) Trees(workDir string) (*proctree.Starter, error) {
+	if rt.trees != nil {
+		return rt.trees, nil
+	}
+	log := rt.Log.With("component", "proctree")
+	s, err := proctree.New(proctree.Config{Dir: filepath.Join(workDir, ".trees"), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if cg, err := s.Cgroups(); err != nil {
+		log.Info("tool processes run without cgroups; their reapers alone stop them", "why", err)
+	} else {
+		log.Debug("tool processes run in cgroups", "under", cg)
+	}
+	rt.trees = s
+	return s, nil
 }
 
 // Gate is the gate every HTTP receiver on rt.Mux shares, made with its

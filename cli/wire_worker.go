@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
@@ -65,6 +66,15 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, fmt.Errorf("open bucket %s: %w", rt.Names.BucketSessions(), err)
 	}
+	getenv := rt.Getenv
+	workDir := getenv("JETLOOP_WORK_DIR")
+	if workDir == "" {
+		workDir = filepath.Join(os.TempDir(), "jetloop-work")
+	}
+	trees, err := rt.Trees(workDir)
+	if err != nil {
+		return Component{}, err
+	}
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
 	// One set of GitHub clients serves every session of the worker: they
 	// share its installation tokens and rate limits.
@@ -73,18 +83,13 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, err
 	}
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		workerTools(rt, blobs, gh, in, sessions)...)
+		workerTools(rt, blobs, gh, in, sessions, trees)...)
 	if err != nil {
 		return Component{}, err
 	}
 	metrics := worker.NewMetrics()
 	if err := metrics.Register(reg); err != nil {
 		return Component{}, fmt.Errorf("register worker metrics: %w", err)
-	}
-	getenv := rt.Getenv
-	workDir := getenv("JETLOOP_WORK_DIR")
-	if workDir == "" {
-		workDir = filepath.Join(os.TempDir(), "jetloop-work")
 	}
 	leaseTTL, err := envDuration(getenv, "JETLOOP_LEASE_TTL")
 	if err != nil {
@@ -107,6 +112,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		Reply:    tools.SlackReply(tools.SlackConfig{Token: getenv(tools.EnvSlackBotToken), APIURL: getenv("JETLOOP_SLACK_API_URL")}),
 		MCP:      mcp.Options{Getenv: getenv, Metrics: reg},
 		WorkDir:  workDir,
+		Trees:    trees,
 		LeaseTTL: leaseTTL,
 		AckWait:  ackWait,
 		Log:      log,
@@ -123,8 +129,8 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 // workerTools are the tools a worker runs. Definitions are checked
 // against tools.Names when they are applied: the two must name the same
 // tools (wire_worker_internal_test.go holds them to it).
-func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients, in tools.EventStore, sessions tools.NotesStore) []tools.Tool {
-	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names, Events: in, Sessions: sessions,
+func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients, in tools.EventStore, sessions tools.NotesStore, trees *proctree.Starter) []tools.Tool {
+	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names, Events: in, Sessions: sessions, Trees: trees,
 		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"}),
 		tools.GitHub(tools.GitHubConfig{Clients: gh})...)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
@@ -49,6 +50,10 @@ type childSpec struct {
 	Calls   string      `json:"calls"`
 	CrashAt *crashPoint `json:"crash_at,omitempty"`
 	WorkDir string      `json:"work_dir"`
+	// Shell runs the built-in tools, shell among them, as a worker
+	// process does: their processes started as trees recorded under the
+	// work folder, and swept when the worker starts.
+	Shell bool `json:"shell,omitempty"`
 }
 
 // Timings that make a crashed worker's lease and deliveries come back
@@ -94,6 +99,17 @@ func TestWorkerChild(t *testing.T) {
 			inner, err := worker.ScriptedOnly(m)
 			return countedModel{inner: inner, path: spec.Calls}, err
 		},
+	}
+	if spec.Shell {
+		trees, err := proctree.New(proctree.Config{Dir: filepath.Join(spec.WorkDir, ".trees")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := worker.ToolMap{}
+		for _, tl := range tools.Builtins(tools.BuiltinConfig{Trees: trees}) {
+			m[tl.Spec().Name] = tl
+		}
+		cfg.Tools, cfg.Trees = m, trees
 	}
 	if cp := spec.CrashAt; cp != nil {
 		var once sync.Once

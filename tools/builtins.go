@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -52,6 +53,11 @@ type BuiltinConfig struct {
 	// the command gets PATH, HOME (its work folder), LANG, and
 	// JETLOOP_AGENT, JETLOOP_SESSION and JETLOOP_CALL_ID.
 	ShellEnv []string
+	// Trees starts shell commands as process trees, stopped whole (see
+	// package proctree); share the process's starter, whose records let
+	// the next worker kill what a dead one left. Nil: the shell makes a
+	// starter of its own, without records, on first use.
+	Trees *proctree.Starter
 
 	// HTTPClient makes the requests of http_get and http_request. When nil
 	// a client is built that refuses loopback, private and link-local
@@ -131,7 +137,7 @@ func Names() []string {
 // refuse them instead.
 func Builtins(cfg BuiltinConfig) []Tool {
 	if cfg.Validate() != nil {
-		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, Events: cfg.Events, Sessions: cfg.Sessions, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate}
+		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, Events: cfg.Events, Sessions: cfg.Sessions, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate, Trees: cfg.Trees}
 	}
 	cfg.setDefaults()
 	client := cfg.HTTPClient

@@ -22,8 +22,9 @@
 //     model to correct;
 //   - bounds the call by the tool's timeout (or the registry's default)
 //     and passes the caller's context on, so a session's cancel reaches
-//     the tool: shell sends SIGTERM to the command's process group, then
-//     SIGKILL after a grace period; the HTTP tools abort the request;
+//     the tool: shell sends SIGTERM to every process of the command's
+//     tree (package proctree), then SIGKILL after a grace period; the
+//     HTTP tools abort the request;
 //   - turns a panic into an error Result;
 //   - stores a result above BlobThreshold (16 KiB) in the jl_blobs object
 //     store under a name derived from the agent, session and call id

@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jetloop/jetloop/proctree"
 )
 
 const shellSchema = `{
@@ -31,12 +32,31 @@ const shellSchema = `{
 
 // shell runs a command line with sh -c in the session's work folder.
 //
-// The command runs in its own process group, so that everything it starts
-// can be signalled at once. When the call's context ends (cancel or
-// timeout) the group gets SIGTERM, then SIGKILL once the grace period has
-// passed. When the command exits, whatever it left running in its group is
-// killed: a call's processes do not outlive the call.
-type shell struct{ cfg BuiltinConfig }
+// The command runs as a process tree (package proctree): everything it
+// starts, also what leaves its process group with setsid or a double fork,
+// can be signalled and killed at once, and dies with the worker. When the
+// call's context ends (cancel or timeout) every process of the tree gets
+// SIGTERM, then SIGKILL once the grace period has passed. When the command
+// exits, whatever it left running is killed: a call's processes do not
+// outlive the call.
+type shell struct {
+	cfg   BuiltinConfig
+	once  sync.Once
+	trees *proctree.Starter
+	err   error
+}
+
+// starter is the configured starter, or one of the shell's own, made on
+// first use.
+func (s *shell) starter() (*proctree.Starter, error) {
+	s.once.Do(func() {
+		s.trees = s.cfg.Trees
+		if s.trees == nil {
+			s.trees, s.err = proctree.New(proctree.Config{})
+		}
+	})
+	return s.trees, s.err
+}
 
 func (s *shell) Spec() Spec {
 	return Spec{
@@ -116,29 +136,27 @@ func (s *shell) env(call Call) []string {
 	return append(env, s.cfg.ShellEnv...)
 }
 
-// run starts the command and waits for it, stopping its process group when
-// ctx ends. Every kill of the group happens while the shell is an
-// unreaped zombie, so its pid, which is the group id, cannot have been
-// reused by an unrelated process.
+// run starts the command as a process tree and waits until every process
+// of it is gone, stopping the tree when ctx ends.
 func (s *shell) run(ctx context.Context, call Call, command string) (shellRun, error) {
+	trees, err := s.starter()
+	if err != nil {
+		return shellRun{}, fmt.Errorf("shell: %w", err)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return shellRun{}, fmt.Errorf("shell: output pipe: %w", err)
 	}
 	defer pr.Close()
-	cmd := exec.Command(s.cfg.Shell, "-c", command)
-	cmd.Dir = call.WorkDir
-	cmd.Env = s.env(call)
 	// One *os.File for both: the child writes to the pipe directly, in
-	// order, and Wait does not wait for anything but the process.
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	pw.Close() // the child holds its own copy
+	// order, and nothing but the processes of the tree holds it open.
+	tree, err := trees.Start(proctree.Command{Path: s.cfg.Shell, Args: []string{s.cfg.Shell, "-c", command},
+		Dir: call.WorkDir, Env: s.env(call), Stdout: pw, Stderr: pw,
+		Label: call.Agent + "/" + call.Session + " " + call.ID})
+	pw.Close() // the tree holds its own copy
 	if err != nil {
 		return shellRun{}, fmt.Errorf("shell: start %s: %w", s.cfg.Shell, err)
 	}
-	pgid := cmd.Process.Pid
 
 	out := &capped{max: s.cfg.ShellMaxOutput}
 	readDone := make(chan struct{})
@@ -146,67 +164,41 @@ func (s *shell) run(ctx context.Context, call Call, command string) (shellRun, e
 		defer close(readDone)
 		_, _ = io.Copy(out, pr)
 	}()
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		waitExited(pgid)
-	}()
 
 	var run shellRun
 	select {
-	case <-exited:
+	case <-tree.Done():
 	case <-ctx.Done():
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		_ = tree.Terminate()
 		grace := time.NewTimer(s.cfg.ShellGrace)
 		defer grace.Stop()
-		run.stopped = fmt.Sprintf("stopped: %v; sent SIGTERM to the process group", context.Cause(ctx))
+		run.stopped = fmt.Sprintf("stopped: %v; sent SIGTERM to every process of the command", context.Cause(ctx))
 		select {
-		case <-exited:
-			// Give the rest of the group the remaining grace to finish:
-			// the pipe closes when the last writer exits.
-			select {
-			case <-readDone:
-			case <-grace.C:
-			}
+		case <-tree.Done():
 		case <-grace.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			run.stopped = fmt.Sprintf("stopped: %v; sent SIGTERM, then SIGKILL after %v", context.Cause(ctx), s.cfg.ShellGrace)
-			<-exited
+			if err := tree.Kill(); err != nil {
+				return shellRun{}, fmt.Errorf("shell: %w", err)
+			}
 		}
 	}
-	// Nothing of the call outlives it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	werr := cmd.Wait()
-
-	// A process that left the group (setsid) may still hold the pipe; do
-	// not wait for it beyond the grace period.
+	st, werr := tree.Wait()
+	// Every writer of the pipe is gone with the tree; the deadline only
+	// guards against a process that escaped it.
 	_ = pr.SetReadDeadline(time.Now().Add(s.cfg.ShellGrace))
 	<-readDone
-
-	st := cmd.ProcessState
-	if st == nil {
-		return shellRun{}, fmt.Errorf("shell: wait: %w", werr)
+	if werr != nil && st.ExitCode == 0 && st.Signal == 0 {
+		return shellRun{}, fmt.Errorf("shell: %w", werr)
 	}
 	run.out = out
-	run.exitCode = st.ExitCode()
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		run.signal = unix.SignalName(ws.Signal())
+	run.exitCode = st.ExitCode
+	if st.Signal != 0 {
+		run.signal = unix.SignalName(st.Signal)
 		if run.signal == "" {
-			run.signal = ws.Signal().String()
+			run.signal = st.Signal.String()
 		}
 	}
 	return run, nil
-}
-
-// waitExited returns once process pid has exited, without reaping it.
-func waitExited(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
 }
 
 // capped keeps the first max bytes written to it and counts the rest.

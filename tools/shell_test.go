@@ -136,7 +136,9 @@ func waitGone(t *testing.T, ps []int) {
 	})
 }
 
-func TestShellCancelKillsProcessGroup(t *testing.T) {
+// A cancel (or the tool's timeout) stops every process of the command,
+// also those that left its process group.
+func TestShellCancelKillsTheWholeTree(t *testing.T) {
 	tests := []struct {
 		name    string
 		script  string // writes its pids to pids.txt
@@ -147,17 +149,32 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 		{
 			name:   "sleep",
 			script: `echo $$ > pids.txt; exec sleep 30`,
-			npids:  1, want: "sent SIGTERM to the process group",
+			npids:  1, want: "sent SIGTERM to every process of the command",
 		},
 		{
 			name:   "child in background",
 			script: `sh -c 'echo $$ >> pids.txt; sleep 30 & echo $! >> pids.txt; wait' & wait`,
-			npids:  2, want: "sent SIGTERM to the process group",
+			npids:  2, want: "sent SIGTERM to every process of the command",
 		},
 		{
 			name:   "SIGTERM ignored, so SIGKILL after the grace",
 			script: `trap '' TERM; sleep 30 & echo $$ $! > pids.txt; wait`,
 			npids:  2, want: "then SIGKILL after 200ms",
+		},
+		{
+			name:   "setsid child",
+			script: `setsid sh -c 'echo $$ >> pids.txt; sleep 30' & wait`,
+			npids:  1, want: "sent SIGTERM to every process of the command",
+		},
+		{
+			name:   "double fork that left the group",
+			script: `sh -c 'setsid sh -c "sleep 30 & echo \$! >> pids.txt; wait" &'; sleep 30`,
+			npids:  1, want: "sent SIGTERM to every process of the command",
+		},
+		{
+			name:   "setsid child ignoring SIGTERM, so SIGKILL after the grace",
+			script: `trap '' TERM; setsid sh -c 'trap "" TERM; echo $$ >> pids.txt; while :; do sleep 1; done' & wait`,
+			npids:  1, want: "then SIGKILL after 200ms",
 		},
 		{
 			name:   "timeout",
@@ -206,9 +223,9 @@ func TestShellCancelKillsProcessGroup(t *testing.T) {
 func TestShellKillsWhatTheCommandLeftRunning(t *testing.T) {
 	r := shellRegistry(t, tools.BuiltinConfig{})
 	dir := t.TempDir()
-	res, err := r.Run(t.Context(), "shell", shellCall(t, dir, `sleep 30 & echo $! > pids.txt; echo started`))
+	res, err := r.Run(t.Context(), "shell", shellCall(t, dir, `sleep 30 & echo $! > pids.txt; setsid sleep 30 & echo $! >> pids.txt; echo started`))
 	if err != nil || res.IsError || !strings.Contains(res.Content, "started") {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
-	waitGone(t, pids(t, filepath.Join(dir, "pids.txt"), 1))
+	waitGone(t, pids(t, filepath.Join(dir, "pids.txt"), 2))
 }

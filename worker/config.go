@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
@@ -155,6 +156,12 @@ type Config struct {
 	// WorkDir is the folder under which each session gets its work folder;
 	// default <tmp>/jetloop-work.
 	WorkDir string
+	// Trees, when set, is the starter its tools run processes through
+	// (package proctree): before the worker consumes anything it kills
+	// what the trees of dead processes left running (Sweep), so a tool
+	// call is never settled "interrupted; may or may not have run" while
+	// its processes still run. Nil: no sweep.
+	Trees *proctree.Starter
 	// ShutdownGrace is how long a stopping worker lets in-flight steps
 	// finish before it cancels them (their intents stay for recovery).
 	ShutdownGrace time.Duration

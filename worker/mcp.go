@@ -28,6 +28,9 @@ func (w *Worker) newMCP() error {
 	if opts.Logger == nil {
 		opts.Logger = w.log
 	}
+	if opts.Trees == nil {
+		opts.Trees = w.cfg.Trees // stdio servers are swept with the tools' processes
+	}
 	next := opts.OnChange
 	opts.OnChange = func(c mcp.Change) {
 		w.recordCatalogChange(c)

@@ -134,6 +134,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 // Config.ShutdownGrace, cancels the rest (their intents stay for
 // recovery by another worker) and returns once every session has stopped.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.sweep(ctx); err != nil {
+		return err
+	}
 	w.log.Info("worker running", "agents", agentsLabel(w.cfg.Agents))
 	var err error
 	if len(w.cfg.Agents) > 0 {
@@ -148,6 +151,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// sweep kills what tool processes of dead workers left running on this
+// machine, before any session is taken over and recovered.
+func (w *Worker) sweep(ctx context.Context) error {
+	if w.cfg.Trees == nil {
+		return nil
+	}
+	swept, err := w.cfg.Trees.Sweep(ctx)
+	for _, sw := range swept {
+		w.log.Warn("killed tool processes a dead worker left running", "tree", sw.Label, "owner", sw.Owner.String(), "processes", sw.Killed, "cgroup", sw.Cgroup)
+	}
+	if err != nil {
+		return fmt.Errorf("worker %s: kill what dead workers left running: %w", w.cfg.ID, err)
+	}
+	return nil
 }
 
 func agentsLabel(agents []string) any {

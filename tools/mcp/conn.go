@@ -487,7 +487,11 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 		}
 		env = append(env, name+"="+v)
 	}
-	proc, stdout, stdin, err := startProcess(s.Command, workDir, env, p.opts.StopGrace)
+	trees, err := p.trees()
+	if err != nil {
+		return nil, nil, err
+	}
+	proc, stdout, stdin, err := startProcess(trees, s.Command, workDir, env, p.opts.StopGrace, agent+"/"+session+" mcp "+s.Name)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,8 +13,9 @@
 // Connections, at run time: Pool holds one connection per (session,
 // server) in the worker that owns the session. A session's first call of a
 // server's tool opens it; CloseSession closes it when the session rests
-// (a stdio server is stopped with its whole process group: stdin closed,
-// then SIGTERM, then SIGKILL). Before each call the connection is checked
+// (a stdio server runs as a process tree, package proctree, stopped whole,
+// also what left its process group: stdin closed, then SIGTERM, then
+// SIGKILL; it dies with the worker too). Before each call the connection is checked
 // (an HTTP server is pinged, a stdio server's process asked after), so a
 // server restarted between two calls costs a reconnect, not a failed call.
 // Connects back off exponentially with full jitter, and the connects one

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/tools"
 )
 
@@ -68,6 +69,10 @@ type Options struct {
 	// MaxMessage bounds one message from a server (default
 	// DefaultMaxMessage).
 	MaxMessage int
+	// Trees starts stdio servers as process trees, stopped whole (see
+	// package proctree); share the process's starter. Nil: the pool makes
+	// one of its own, without records, when it first starts a server.
+	Trees *proctree.Starter
 	// OnChange records a catalog change a connection found (the worker
 	// writes it to JL_AUDIT). It is called once per change and connection,
 	// on a goroutine of the pool.
@@ -123,6 +128,19 @@ type Pool struct {
 	conns  map[connKey]*conn
 	gates  map[string]*rate.Limiter // by server address
 	closed bool
+
+	treesOnce sync.Once
+	treesErr  error
+}
+
+// trees is the starter of stdio servers: Options.Trees, or the pool's own.
+func (p *Pool) trees() (*proctree.Starter, error) {
+	p.treesOnce.Do(func() {
+		if p.opts.Trees == nil {
+			p.opts.Trees, p.treesErr = proctree.New(proctree.Config{Log: p.opts.Logger})
+		}
+	})
+	return p.opts.Trees, p.treesErr
 }
 
 // connKey names one connection: a session and one server as a definition

@@ -1,127 +1,92 @@
 package mcp
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/jetloop/jetloop/proctree"
 )
 
-// process is a stdio server started in a process group of its own, so
-// that it and everything it starts can be stopped together, as the shell
-// tool stops a command.
+// process is a stdio server started as a process tree (package
+// proctree), so that it and everything it starts, also what leaves its
+// process group, is stopped together, as the shell tool stops a command,
+// and dies with the worker.
 type process struct {
-	cmd    *exec.Cmd
-	pgid   int
+	tree   *proctree.Tree
 	grace  time.Duration
 	stderr *tail
-	exited chan struct{} // closed once the leader exited (not yet reaped)
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// startProcess starts argv in dir with env, its stdin and stdout piped to
-// the caller and its stderr's last bytes kept for errors.
-func startProcess(argv []string, dir string, env []string, grace time.Duration) (*process, io.ReadCloser, io.WriteCloser, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = env
-	// Pdeathsig: a worker killed with -9 takes its servers' leaders with
-	// it; their stdin closes too, which a well-behaved server takes as
-	// its end.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+// startProcess starts argv in dir with env through trees, its stdin and
+// stdout piped to the caller and its stderr's last bytes kept for errors.
+func startProcess(trees *proctree.Starter, argv []string, dir string, env []string, grace time.Duration, label string) (*process, io.ReadCloser, io.WriteCloser, error) {
+	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	outR, outW, err := os.Pipe()
 	if err != nil {
+		inR.Close()
+		inW.Close()
 		return nil, nil, nil, err
 	}
-	p := &process{cmd: cmd, grace: grace, stderr: &tail{max: 4 << 10}, exited: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	// A process that left the group may hold stderr open; Wait does not
-	// wait for it beyond this.
-	cmd.WaitDelay = grace
-	if err := cmd.Start(); err != nil {
+	p := &process{grace: grace, stderr: &tail{max: 4 << 10}}
+	p.tree, err = trees.Start(proctree.Command{Path: argv[0], Args: argv, Dir: dir, Env: env,
+		Stdin: inR, Stdout: outW, Stderr: p.stderr, Label: label})
+	inR.Close() // the tree holds its own copies
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
 		return nil, nil, nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	p.pgid = cmd.Process.Pid
-	go func() {
-		defer close(p.exited)
-		waitExited(p.pgid)
-	}()
-	return p, stdout, stdin, nil
+	return p, outR, inW, nil
 }
 
 // stop ends the server once its stdin is closed: it gets the grace period
-// to exit by itself, then SIGTERM for its group, then SIGKILL after
-// another grace period. Whatever the leader left running in its group is
-// killed while the leader is an unreaped zombie, so the group id cannot
-// have been reused.
+// to exit by itself, then SIGTERM for every process of its tree, then
+// SIGKILL after another grace period. Whatever it left running is killed
+// when it exits.
 func (p *process) stop() error {
 	p.stopOnce.Do(func() {
 		t := time.NewTimer(p.grace)
 		defer t.Stop()
 		select {
-		case <-p.exited:
+		case <-p.tree.Done():
 		case <-t.C:
-			_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+			_ = p.tree.Terminate()
 			t.Reset(p.grace)
 			select {
-			case <-p.exited:
+			case <-p.tree.Done():
 			case <-t.C:
-				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-				<-p.exited
+				if err := p.tree.Kill(); err != nil {
+					p.stopErr = err
+					return
+				}
 			}
 		}
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		err := p.cmd.Wait()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
+		if _, err := p.tree.Wait(); err != nil {
 			p.stopErr = err
 		}
 	})
 	return p.stopErr
 }
 
-// running reports whether the server's leader has not exited, asking the
-// kernel rather than waiting for the watcher: a call must not be sent to
-// a server that is already gone.
-func (p *process) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-	}
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, p.pgid, &info, unix.WEXITED|unix.WNOWAIT|unix.WNOHANG, nil)
-	return err == nil && info.Signo == 0
-}
+// running reports whether the server's tree still runs: a call must not
+// be sent to a server that is already gone.
+func (p *process) running() bool { return p.tree.Running() }
 
-// kill stops the group at once (a server that failed to start its
-// session), then reaps it.
+// kill stops the tree at once (a server that failed to start its
+// session).
 func (p *process) kill() {
-	_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+	_ = p.tree.Kill()
 	_ = p.stop()
-}
-
-// waitExited returns once process pid has exited, without reaping it.
-func waitExited(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
 }
 
 // stdinCloser is the server's stdin as the SDK's connection writes it:

@@ -1,0 +1,431 @@
+package proctree
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// MarkerEnv is set in the environment of every process of a tree to the
+// tree's marker, so that what a tree started can be found (and killed)
+// even when its reaper is gone.
+const MarkerEnv = "JETLOOP_PROCESS_TREE"
+
+// Defaults of Config.
+const (
+	DefaultKillTimeout  = 10 * time.Second
+	DefaultStartTimeout = 10 * time.Second
+)
+
+// CgroupMode says whether trees get a cgroup of their own.
+type CgroupMode string
+
+// Cgroup modes.
+const (
+	// CgroupAuto gives every tree a cgroup v2 with cgroup.kill where the
+	// process may make one, and none elsewhere.
+	CgroupAuto CgroupMode = ""
+	// CgroupOff never makes cgroups: the reaper alone finds the tree.
+	CgroupOff CgroupMode = "off"
+)
+
+// Config configures a Starter.
+type Config struct {
+	// Dir keeps a record of every running tree, so that Sweep in a later
+	// process can kill what this one left if it died with its reapers
+	// (kill -9 of the whole process group, the OOM killer). Empty: no
+	// records; trees still die with their reaper when this process dies,
+	// and Sweep still removes dead processes' cgroups.
+	Dir string
+	// Cgroups says whether trees get a cgroup. Default CgroupAuto.
+	Cgroups CgroupMode
+	// KillTimeout bounds how long Kill waits for a tree to be gone.
+	// Default 10 s.
+	KillTimeout time.Duration
+	// StartTimeout bounds how long Start waits for the reaper to start
+	// the command. Default 10 s.
+	StartTimeout time.Duration
+	Log          *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.KillTimeout == 0 {
+		c.KillTimeout = DefaultKillTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.KillTimeout < 0 || c.StartTimeout < 0:
+		return errors.New("proctree: negative timeout")
+	case c.Cgroups != CgroupAuto && c.Cgroups != CgroupOff:
+		return fmt.Errorf("proctree: cgroup mode %q: want %q or %q", c.Cgroups, CgroupAuto, CgroupOff)
+	}
+	return nil
+}
+
+// Starter starts process trees for one process and, with Sweep, kills
+// the trees dead processes left. One per process is enough; it is safe
+// for concurrent use.
+type Starter struct {
+	cfg      Config
+	self     Proc
+	cgParent string
+	cgErr    error
+	seq      atomic.Uint64
+}
+
+// New returns a starter; with CgroupAuto it finds out whether this
+// process can make cgroups (Cgroups says).
+func New(cfg Config) (*Starter, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	self, err := Self()
+	if err != nil {
+		return nil, err
+	}
+	s := &Starter{cfg: cfg, self: self}
+	if cfg.Cgroups == CgroupAuto {
+		s.cgParent, s.cgErr = findCgroupParent()
+	} else {
+		s.cgErr = errors.New("proctree: cgroups are off")
+	}
+	if cfg.Dir != "" {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("proctree: records folder: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Dir is the folder of the records of running trees ("" for none).
+func (s *Starter) Dir() string { return s.cfg.Dir }
+
+// Cgroups returns the cgroup trees' cgroups are made under, or the reason
+// there are none (then each tree's reaper alone finds its processes).
+func (s *Starter) Cgroups() (string, error) { return s.cgParent, s.cgErr }
+
+// Command is what a tree runs: its main process's program, arguments,
+// environment, folder and standard streams. An io.Reader or io.Writer
+// that is not an *os.File is copied by goroutines, as os/exec does.
+type Command struct {
+	// Path is the program; a name without a slash is looked up in PATH.
+	Path string
+	// Args are the arguments, Args[0] included.
+	Args []string
+	// Env is the environment; nil is this process's.
+	Env []string
+	// Dir is the working folder; empty is this process's.
+	Dir    string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Label names the tree in records and logs (agent, session, call).
+	Label string
+}
+
+// Status is how a tree's main process ended.
+type Status struct {
+	// ExitCode is the exit code, or -1 when a signal ended it.
+	ExitCode int
+	// Signal is the signal that ended it, if any.
+	Signal syscall.Signal
+}
+
+// Tree is a running command and everything it starts.
+type Tree struct {
+	s      *Starter
+	reaper *exec.Cmd
+	main   Proc
+	marker string
+	cgroup string
+	record string
+	label  string
+
+	done   chan struct{}
+	status Status
+	err    error
+	killed atomic.Bool
+}
+
+// Start starts c as a tree: under a reaper, a re-run of this executable
+// that is a child subreaper for everything c starts, dies with this
+// process, and stops every process of the tree (see Terminate and
+// Kill); in a cgroup of its own where the starter has them; and with
+// MarkerEnv in every process's environment. When c's main process exits,
+// whatever it left running is killed. Start returns once the main process
+// runs, or with the reason it could not be started.
+func (s *Starter) Start(c Command) (*Tree, error) {
+	path := c.Path
+	if !strings.Contains(path, "/") {
+		lp, err := exec.LookPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("proctree: %w", err)
+		}
+		path = lp
+	}
+	args := c.Args
+	if len(args) == 0 {
+		args = []string{c.Path}
+	}
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("proctree: marker: %w", err)
+	}
+	t := &Tree{s: s, marker: hex.EncodeToString(raw), label: c.Label, done: make(chan struct{})}
+	n := s.seq.Add(1)
+	if s.cgParent != "" {
+		t.cgroup = filepath.Join(s.cgParent, fmt.Sprintf("%s%d-%d-%d", cgroupPrefix, s.self.Pid, s.self.Start, n))
+		if err := os.Mkdir(t.cgroup, 0o755); err != nil {
+			return nil, fmt.Errorf("proctree: make cgroup %s: %w", t.cgroup, err)
+		}
+	}
+	fail := func(err error) (*Tree, error) {
+		if t.cgroup != "" {
+			_ = killCgroup(t.cgroup, s.cfg.KillTimeout)
+		}
+		return nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fail(fmt.Errorf("proctree: status pipe: %w", err))
+	}
+	env := c.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	conf, _ := json.Marshal(reaperConfig{StatusFD: 3, Cgroup: t.cgroup, Parent: os.Getpid()})
+	env = append(withoutMarker(env), MarkerEnv+"="+t.marker, reaperEnv+"="+string(conf))
+	t.reaper = &exec.Cmd{
+		Path: "/proc/self/exe", Args: append([]string{reaperArg0, path}, args...),
+		Env: env, Dir: c.Dir, Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr,
+		ExtraFiles: []*os.File{pw},
+		// Its own group, so a terminal's signals reach it only through
+		// the worker; SIGUSR1 when this process dies: kill the tree.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1},
+	}
+	err = spawn(t.reaper)
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return fail(fmt.Errorf("proctree: start reaper for %s: %w", path, err))
+	}
+	_ = pr.SetReadDeadline(time.Now().Add(s.cfg.StartTimeout))
+	status := bufio.NewReader(pr)
+	line, rerr := status.ReadString('\n')
+	if pid, start, ok := parseStarted(line); ok {
+		t.main = Proc{Pid: pid, Start: start}
+	} else {
+		// The reaper could not start the command: it has exited, or is
+		// about to.
+		_ = t.reaper.Process.Kill()
+		werr := t.reaper.Wait()
+		pr.Close()
+		msg, _ := strings.CutPrefix(strings.TrimSpace(line), "error ")
+		switch {
+		case msg != "":
+			err = errors.New(msg)
+		case rerr != nil:
+			err = fmt.Errorf("reaper said nothing (%v; %v)", rerr, werr)
+		default:
+			err = fmt.Errorf("reaper said %q", line)
+		}
+		return fail(fmt.Errorf("proctree: start %s: %w", path, err))
+	}
+	_ = pr.SetReadDeadline(time.Time{})
+	if s.cfg.Dir != "" {
+		t.record = filepath.Join(s.cfg.Dir, fmt.Sprintf("%d-%d-%d.json", s.self.Pid, s.self.Start, n))
+		reaper, _ := procOf(t.reaper.Process.Pid)
+		if err := writeRecord(t.record, Record{Owner: s.self, Reaper: reaper, Main: t.main, Marker: t.marker, Cgroup: t.cgroup, Label: t.label, Started: time.Now().UTC()}); err != nil {
+			s.cfg.Log.Warn("process tree runs without a record; a crash of this process with its reaper would leave it running", "tree", t.label, "err", err)
+			t.record = ""
+		}
+	}
+	go t.watch(pr, status)
+	return t, nil
+}
+
+func parseStarted(line string) (pid int, start uint64, ok bool) {
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "started" {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(f[1])
+	start, err2 := strconv.ParseUint(f[2], 10, 64)
+	return pid, start, err1 == nil && err2 == nil && pid > 0
+}
+
+// withoutMarker drops a marker inherited from a tree this process runs
+// in: every tree has its own.
+func withoutMarker(env []string) []string {
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, MarkerEnv+"=") && !strings.HasPrefix(kv, reaperEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// watch waits for the reaper, reads the main process's status, makes
+// sure nothing of the tree is left and removes its cgroup and record.
+func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
+	defer close(t.done)
+	defer pipe.Close()
+	werr := t.reaper.Wait()
+	// The reaper's last words: the pipe ends with it, its only writer.
+	_ = pipe.SetReadDeadline(time.Now().Add(time.Second))
+	rest, _ := io.ReadAll(io.LimitReader(status, 4<<10))
+	clean := false
+	for line := range strings.SplitSeq(strings.TrimSpace(string(rest)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "exit":
+			n, _ := strconv.Atoi(f[1])
+			t.status, clean = Status{ExitCode: n}, true
+		case "signal":
+			n, _ := strconv.Atoi(f[1])
+			t.status, clean = Status{ExitCode: -1, Signal: syscall.Signal(n)}, true
+		case "error":
+			t.err = fmt.Errorf("proctree: %s: %s", t.label, strings.TrimPrefix(line, "error "))
+		}
+	}
+	if !clean && t.err == nil {
+		// The reaper died before it could say (killed with SIGKILL): its
+		// command died with it (its death signal) or was killed, and
+		// what else ran is found by cgroup and marker below.
+		t.status = Status{ExitCode: -1, Signal: syscall.SIGKILL}
+		if t.killed.Load() {
+			t.err = nil
+		} else {
+			t.err = fmt.Errorf("proctree: %s: the reaper ended without a status (%v)", t.label, werr)
+		}
+	}
+	if t.cgroup != "" {
+		if err := killCgroup(t.cgroup, t.s.cfg.KillTimeout); err != nil {
+			t.s.cfg.Log.Warn("process tree's cgroup not removed", "tree", t.label, "err", err)
+		}
+	}
+	if !clean {
+		if n, err := killMarked(t.marker, t.s.cfg.KillTimeout); err != nil || n > 0 {
+			t.s.cfg.Log.Warn("killed processes a tree left behind", "tree", t.label, "processes", n, "err", err)
+		}
+	}
+	if t.record != "" {
+		_ = os.Remove(t.record)
+	}
+}
+
+// Pid is the main process's pid.
+func (t *Tree) Pid() int { return t.main.Pid }
+
+// Running reports whether the main process still runs, asking the kernel
+// rather than waiting for the reaper's report.
+func (t *Tree) Running() bool {
+	select {
+	case <-t.done:
+		return false
+	default:
+		return t.main.Alive()
+	}
+}
+
+// Done is closed once every process of the tree is gone.
+func (t *Tree) Done() <-chan struct{} { return t.done }
+
+// Terminate sends SIGTERM to every process of the tree.
+func (t *Tree) Terminate() error {
+	err := t.reaper.Process.Signal(syscall.SIGTERM)
+	if errors.Is(err, os.ErrProcessDone) {
+		return nil
+	}
+	return err
+}
+
+// Kill kills every process of the tree and waits until they are gone, at
+// most the starter's KillTimeout: a reaper that does not do it in time is
+// killed, and the tree's cgroup and marker are used instead.
+func (t *Tree) Kill() error {
+	t.killed.Store(true)
+	if err := t.reaper.Process.Signal(syscall.SIGUSR1); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("proctree: kill %s: %w", t.label, err)
+	}
+	timer := time.NewTimer(t.s.cfg.KillTimeout)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+		return nil
+	case <-timer.C:
+	}
+	_ = t.reaper.Process.Kill() // watch then kills by cgroup and marker
+	timer.Reset(t.s.cfg.KillTimeout)
+	select {
+	case <-t.done:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("proctree: %s: processes still running %s after the kill", t.label, 2*t.s.cfg.KillTimeout)
+	}
+}
+
+// Wait waits until every process of the tree is gone and returns how the
+// main process ended. The error is set when the reaper failed (its
+// status is then a guess).
+func (t *Tree) Wait() (Status, error) {
+	<-t.done
+	return t.status, t.err
+}
+
+// spawner starts processes from one goroutine whose thread never exits:
+// a child's parent-death signal is tied to the thread that forked it, and
+// Go ends a thread when a goroutine locked to it exits.
+var spawner struct {
+	once sync.Once
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // for good: never unlocked
+			for r := range spawner.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawner.reqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
+}

@@ -1,0 +1,382 @@
+package proctree_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/proctree"
+)
+
+// ownerEnv makes the test binary an owner process: it starts the tree
+// that ownerScript names, prints the tree's output and its reaper's pid,
+// and waits to be killed.
+const ownerEnv = "PROCTREE_TEST_OWNER"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(ownerEnv); v != "" {
+		runOwner(v)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// runOwner is the owner process: "<cgroup mode>|<records dir>|<script>".
+func runOwner(v string) {
+	f := strings.SplitN(v, "|", 3)
+	s, err := proctree.New(proctree.Config{Cgroups: proctree.CgroupMode(f[0]), Dir: f[1]})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	t, err := s.Start(proctree.Command{Path: "/bin/sh", Args: []string{"sh", "-c", f[2]}, Stdout: os.Stdout, Label: "owner test"})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Printf("tree %d\n", t.Pid())
+	select {} // until killed
+}
+
+// modes are the ways a tree is found: by its cgroup where this machine
+// allows one, and by its reaper alone.
+func modes(t *testing.T) []proctree.CgroupMode {
+	s, err := proctree.New(proctree.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cgroups(); err != nil {
+		t.Logf("no cgroups here (%v): only the reaper is tested", err)
+		return []proctree.CgroupMode{proctree.CgroupOff}
+	}
+	return []proctree.CgroupMode{proctree.CgroupAuto, proctree.CgroupOff}
+}
+
+func name(m proctree.CgroupMode) string {
+	if m == proctree.CgroupAuto {
+		return "cgroup"
+	}
+	return "reaper only"
+}
+
+// pidsFrom reads n pids, one a line, from r.
+func pidsFrom(t *testing.T, r *bufio.Reader, n int) []int {
+	t.Helper()
+	pids, _ := linesFrom(t, r, n)
+	return pids
+}
+
+// linesFrom reads n lines ending in a pid from r, and returns the pids and
+// the lines.
+func linesFrom(t *testing.T, r *bufio.Reader, n int) ([]int, []string) {
+	t.Helper()
+	out := make([]int, 0, n)
+	var texts []string
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for range n {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	for range n {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("output ended after %d pids", len(out))
+			}
+			f := strings.Fields(line)
+			pid, err := strconv.Atoi(f[len(f)-1])
+			if err != nil {
+				t.Fatalf("not a pid: %q", line)
+			}
+			out, texts = append(out, pid), append(texts, line)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no pid after %d", len(out))
+		}
+	}
+	return out, texts
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+func waitGone(t *testing.T, pids ...int) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		for _, p := range pids {
+			if alive(p) {
+				return fmt.Errorf("process %d still runs", p)
+			}
+		}
+		return nil
+	})
+}
+
+func mustAlive(t *testing.T, what string, pids ...int) {
+	t.Helper()
+	for _, p := range pids {
+		if !alive(p) {
+			t.Fatalf("%s: process %d is not running", what, p)
+		}
+	}
+}
+
+// Every shape of escape from a process group dies with the tree: a setsid
+// child, a double fork whose middle process exits, a child that ignores
+// SIGTERM; and what the command leaves running when it exits.
+func TestTreeDiesWhole(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		pids   int
+		// terminate sends SIGTERM first and checks that the pids that
+		// ignore it still run.
+		terminate bool
+		// exits: the command ends by itself; its leftovers must not.
+		exits bool
+	}{
+		{name: "setsid child", script: `setsid sleep 1000 & echo $!; wait`, pids: 1},
+		{name: "double fork", script: `sh -c 'sleep 1000 & echo $!' & wait; sleep 1000`, pids: 1},
+		{name: "double fork with setsid", script: `sh -c 'setsid sh -c "sleep 1000 & echo \$!; wait" &' ; sleep 1000`, pids: 1},
+		{name: "child ignoring SIGTERM", script: `sh -c 'trap "" TERM; echo $$; while :; do sleep 1; done' & wait`, pids: 1, terminate: true},
+		{name: "leftovers of a command that exits", script: `setsid sleep 1000 & echo $!; sh -c 'sleep 1000 & echo $!'`, pids: 2, exits: true},
+	}
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			s, err := proctree.New(proctree.Config{Cgroups: mode, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					pr, pw := io.Pipe()
+					tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", tt.script}, Stdout: pw, Label: tt.name})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer pw.Close()
+					go func() { _, _ = tree.Wait(); pw.Close() }()
+					pids := pidsFrom(t, bufio.NewReader(pr), tt.pids)
+					go func() { _, _ = io.Copy(io.Discard, pr) }()
+					if tt.exits {
+						st, err := tree.Wait()
+						if err != nil || st.ExitCode != 0 {
+							t.Fatalf("status %+v, %v", st, err)
+						}
+						waitGone(t, pids...)
+						return
+					}
+					mustAlive(t, "before the kill", pids...)
+					if tt.terminate {
+						if err := tree.Terminate(); err != nil {
+							t.Fatal(err)
+						}
+						// The main process takes SIGTERM; the tree then
+						// ends, and the one that ignored it is killed.
+						st, err := tree.Wait()
+						if err != nil || st.Signal != syscall.SIGTERM {
+							t.Fatalf("after SIGTERM: %+v, %v", st, err)
+						}
+						waitGone(t, pids...)
+						return
+					}
+					if err := tree.Kill(); err != nil {
+						t.Fatal(err)
+					}
+					select {
+					case <-tree.Done():
+					default:
+						t.Fatal("Kill returned before the tree was gone")
+					}
+					waitGone(t, pids...)
+					if st, err := tree.Wait(); err != nil || st.Signal != syscall.SIGKILL {
+						t.Fatalf("after Kill: %+v, %v", st, err)
+					}
+				})
+			}
+			if left, _ := os.ReadDir(s.Dir()); len(left) > 0 {
+				t.Fatalf("records left after every tree ended: %v", left)
+			}
+		})
+	}
+}
+
+// A SIGTERM that the main process ignores leaves the tree running; Kill
+// then ends it.
+func TestTerminateIgnoredThenKill(t *testing.T) {
+	s, err := proctree.New(proctree.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", `trap "" TERM; setsid sh -c 'trap "" TERM; echo $$; while :; do sleep 1; done' & wait`}, Stdout: pw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	pids := pidsFrom(t, bufio.NewReader(pr), 1)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if err := tree.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tree.Done():
+		t.Fatal("a tree that ignores SIGTERM ended on it")
+	case <-time.After(300 * time.Millisecond): // long enough for SIGTERM to have been passed on and ignored
+	}
+	mustAlive(t, "after an ignored SIGTERM", append(pids, tree.Pid())...)
+	if err := tree.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, append(pids, tree.Pid())...)
+}
+
+func TestStartErrors(t *testing.T) {
+	s, err := proctree.New(proctree.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Start(proctree.Command{Path: "/nonexistent/tool"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/tool") {
+		t.Fatalf("a program that does not exist: %v", err)
+	}
+	if _, err := s.Start(proctree.Command{Path: "no-such-program-anywhere"}); err == nil {
+		t.Fatal("a program not in PATH started")
+	}
+	tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", "exit 3"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tree.Wait(); err != nil || st.ExitCode != 3 {
+		t.Fatalf("exit 3: %+v, %v", st, err)
+	}
+}
+
+// owner starts the test binary as an owner process running script, and
+// returns it with the n pids the script printed.
+func owner(t *testing.T, mode proctree.CgroupMode, dir, script string, n int) (*exec.Cmd, []int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), ownerEnv+"="+string(mode)+"|"+dir+"|"+script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	all, lines := linesFrom(t, bufio.NewReader(out), n+1)
+	var pids []int
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "tree ") {
+			pids = append(pids, all[i])
+		}
+	}
+	return cmd, pids
+}
+
+// kill -9 of the process that started a tree stops the whole tree: its
+// reaper gets the parent-death signal and kills everything.
+func TestOwnerKilledTakesTheTree(t *testing.T) {
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			cmd, pids := owner(t, mode, t.TempDir(), `setsid sh -c 'sleep 1000 & echo $!; wait' & sh -c 'trap "" TERM; sleep 1000 & echo $!' ; wait`, 2)
+			mustAlive(t, "before the kill", pids...)
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			waitGone(t, pids...)
+		})
+	}
+}
+
+// When the owner dies with the reaper (both killed at once), what the tree
+// left runs on until Sweep in the next process, which kills it by cgroup
+// or by marker.
+func TestSweepKillsWhatADeadOwnerLeft(t *testing.T) {
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			cmd, pids := owner(t, mode, dir, `setsid sh -c 'sleep 1000 & echo $!; wait' & wait`, 1)
+			ents, err := os.ReadDir(dir)
+			if err != nil || len(ents) != 1 {
+				t.Fatalf("records: %v, %v", ents, err)
+			}
+			rec, err := proctree.ReadRecord(dir + "/" + ents[0].Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Stop the owner so it cannot clean up, kill its reaper, then
+			// the owner: as the OOM killer or kill -9 of both would.
+			_ = cmd.Process.Signal(syscall.SIGSTOP)
+			_ = syscall.Kill(rec.Reaper.Pid, syscall.SIGKILL)
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+			waitGone(t, rec.Reaper.Pid)
+			mustAlive(t, "after owner and reaper died", pids...)
+
+			s, err := proctree.New(proctree.Config{Cgroups: mode, Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			swept, err := s.Sweep(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(swept) == 0 || swept[0].Label != "owner test" {
+				t.Fatalf("swept %+v", swept)
+			}
+			waitGone(t, pids...)
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Fatalf("records left after the sweep: %v", left)
+			}
+			// A second sweep finds nothing.
+			if again, err := s.Sweep(context.Background()); err != nil || len(again) != 0 {
+				t.Fatalf("second sweep: %+v, %v", again, err)
+			}
+		})
+	}
+}
+
+// Sweep leaves the trees of running processes alone, its own included.
+func TestSweepLeavesLiveOwners(t *testing.T) {
+	dir := t.TempDir()
+	_, pids := owner(t, proctree.CgroupAuto, dir, `sleep 1000 & echo $!; wait`, 1)
+	s, err := proctree.New(proctree.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := s.Start(proctree.Command{Path: "sleep", Args: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Kill()
+	swept, err := s.Sweep(context.Background())
+	if err != nil || len(swept) != 0 {
+		t.Fatalf("swept %+v, %v", swept, err)
+	}
+	mustAlive(t, "after a sweep", append(pids, mine.Pid())...)
+}
