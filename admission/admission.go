@@ -29,6 +29,9 @@ const (
 	// ExtCount is, on a debounced event, how many events the burst it
 	// stands for held (the data is the latest one's).
 	ExtCount = "jlcount"
+	// ExtOnBusy is the admitting trigger's on_busy policy, when it is not
+	// enqueue: what the event does if its session's run still goes on.
+	ExtOnBusy = "jlonbusy"
 )
 
 // Outcome is what admission decided for one agent.
@@ -45,6 +48,12 @@ const (
 	// Debounced: a trigger matched and the event joins a burst that fires
 	// once after the trigger's quiet window.
 	Debounced Outcome = "debounced"
+	// Throttled: a trigger matched and its throttle queues the event: it
+	// goes to the session at the decision's At.
+	Throttled Outcome = "throttled"
+	// Busy: the session's run was still going and the trigger's on_busy
+	// is reject: the event does not run. The worker decides it.
+	Busy Outcome = "busy"
 	// Failed: a rule did not evaluate; the event goes to JL_DLQ.
 	Failed Outcome = "error"
 	// Duplicate: the event was handled before; nothing is evaluated.
@@ -72,6 +81,10 @@ type Decision struct {
 	// DebounceKey is the burst a debounced event joins within its
 	// session, when the trigger's debounce has a key.
 	DebounceKey string `json:"debounce_key,omitempty"`
+	// At is when a throttled event goes to its session.
+	At time.Time `json:"at,omitzero"`
+	// OnBusy is the trigger's on_busy policy ("" for enqueue).
+	OnBusy string `json:"on_busy,omitempty"`
 }
 
 // Rule names the trigger as "agent/trigger", or "" when none decided.
@@ -227,6 +240,16 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 				continue
 			}
 		}
+		var throttleKey string
+		if t.ThrottleKey != nil {
+			if throttleKey, err = t.ThrottleKey.EvalString(ctx, vars); err != nil {
+				fail(t, err)
+				continue
+			}
+		}
+		if t.OnBusy != policies.OnBusyEnqueue {
+			d.OnBusy = t.OnBusy
+		}
 		if t.Rate != nil {
 			key, err := t.RateKey.EvalString(ctx, vars)
 			if err != nil {
@@ -244,6 +267,22 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 			}
 		}
 		d.Outcome = Admitted
+		if th := t.Throttle; th != nil {
+			at, err := a.limiter.turn(ctx, def.Name, t.Name, throttleKey, events.MsgID(e), *th)
+			if err != nil {
+				return nil, err
+			}
+			switch now := a.now(); {
+			case at.Sub(now) > MaxThrottleWait:
+				d.Outcome = RateLimited
+				d.Reason = fmt.Sprintf("throttle %g/min for key %q: its queue is more than %s long", th.PerMinute, throttleKey, MaxThrottleWait)
+				return append(out, d), nil
+			case at.After(now):
+				d.Outcome, d.At = Throttled, at.UTC()
+				d.Reason = fmt.Sprintf("throttle %g/min for key %q: its turn is at %s", th.PerMinute, throttleKey, d.At.Format(time.RFC3339))
+				return append(out, d), nil
+			}
+		}
 		if t.Debounce != nil {
 			d.Outcome = Debounced
 			d.Window, d.MaxWait = t.Debounce.Window.D(), t.Debounce.MaxWait.D()
@@ -296,6 +335,10 @@ func Stamp(e event.Event, d Decision) event.Event {
 	// A sender must not be able to supply what only admission sets.
 	out.SetExtension(ExtPrompt, nil)
 	out.SetExtension(ExtCount, nil)
+	out.SetExtension(ExtOnBusy, nil)
+	if d.OnBusy != "" {
+		out.SetExtension(ExtOnBusy, d.OnBusy)
+	}
 	if d.Prompt != "" {
 		out.SetExtension(ExtPrompt, base64.StdEncoding.EncodeToString([]byte(d.Prompt)))
 	}

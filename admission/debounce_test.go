@@ -141,3 +141,89 @@ triggers:
 		t.Errorf("burst of issue 2: %v", bursts)
 	}
 }
+
+// A throttle queues what a rate limit would drop: at most per_minute
+// events a minute reach the session, spaced out, each once, in the order
+// they came; a retry of an event keeps its turn.
+func TestThrottleQueuesInsteadOfDropping(t *testing.T) {
+	e := setup(t)
+	def := compile(t, `name: thr
+model: {provider: scripted}
+triggers:
+  - name: push
+    when: event.type == "com.github.push"
+    session: "'main'"
+    throttle: {per_minute: 60, key: event.source}
+`)
+	a := newAdmitter(t, e, nil, def)
+	ref, _ := streams.NewSessionRef("thr", "main")
+	got := fired(t, e, ref)
+	ctx := context.Background()
+	var ats []time.Time
+	for i := 1; i <= 3; i++ {
+		ev := ghEvent(fmt.Sprint("t", i), "com.github.push", fmt.Sprintf(`{"n": %d}`, i))
+		ds, err := a.Decide(ctx, ev)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("event %d: %+v %v", i, ds, err)
+		}
+		d := ds[0]
+		switch {
+		case i == 1 && d.Outcome != admission.Admitted:
+			t.Fatalf("the first event waits: %+v", d)
+		case i > 1 && (d.Outcome != admission.Throttled || !d.At.After(ats[len(ats)-1])):
+			t.Fatalf("event %d: %+v, want throttled after %v", i, d, ats)
+		}
+		if i == 1 {
+			ats = append(ats, time.Now())
+			continue
+		}
+		ats = append(ats, d.At)
+		again, err := a.Decide(ctx, ev)
+		if err != nil || again[0].Outcome != admission.Throttled || !again[0].At.Equal(d.At) {
+			t.Fatalf("a retry of event %d: %+v %v, want its turn %s", i, again, err, d.At)
+		}
+		for range 2 { // and a retry of the publish stores it once
+			if err := a.Delay(ctx, ev, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if gap := ats[2].Sub(ats[1]); gap != time.Second {
+		t.Fatalf("turns %v: %s apart, want 1s at 60 a minute", ats, gap)
+	}
+	for _, want := range []string{"t2", "t3"} {
+		if v := recv(t, got, 15*time.Second); v["id"] != want {
+			t.Fatalf("delivered %v, want %s", v, want)
+		}
+	}
+	select {
+	case v := <-got:
+		t.Fatalf("delivered again: %v", v)
+	case <-time.After(2 * time.Second):
+	}
+}
+
+// A trigger's on_busy travels on the events it admits, for the worker;
+// a sender cannot supply it.
+func TestOnBusyIsStamped(t *testing.T) {
+	e := setup(t)
+	def := compile(t, `name: ob
+model: {provider: scripted}
+triggers:
+  - {name: push, when: event.type == "com.github.push", session: "'main'", on_busy: interrupt}
+  - {name: other, when: "true", session: "'main'"}
+`)
+	a := newAdmitter(t, e, nil, def)
+	for _, tt := range []struct{ typ, want string }{{"com.github.push", "interrupt"}, {"com.github.ping", ""}} {
+		ev := ghEvent("o-"+tt.typ, tt.typ, `{}`)
+		ev.SetExtension(admission.ExtOnBusy, "steer") // the sender's says nothing
+		ds, err := a.Decide(context.Background(), ev)
+		if err != nil || len(ds) != 1 || ds[0].OnBusy != tt.want {
+			t.Fatalf("%s: %+v %v", tt.typ, ds, err)
+		}
+		got, _ := admission.Stamp(ev, ds[0]).Extensions()[admission.ExtOnBusy].(string)
+		if got != tt.want {
+			t.Errorf("%s: stamped on_busy %q, want %q", tt.typ, got, tt.want)
+		}
+	}
+}

@@ -129,8 +129,21 @@ func (a *Admitter) DuplicateMessage(e event.Event) (*nats.Msg, error) {
 	return a.auditMsg(e, NoAgent, Record{Time: a.now().UTC(), Event: info(e), Decision: Decision{Outcome: Duplicate}})
 }
 
+// DecisionMessage returns the JL_AUDIT record of a decision made past
+// admission, on the same subject and in the same form as admission's own:
+// a worker's, for an event its session refused (Busy). now stamps it.
+func DecisionMessage(names streams.Names, e event.Event, d Decision, now time.Time) (*nats.Msg, error) {
+	rec := Record{Time: now.UTC(), Event: info(e), Decision: d, Rule: d.Rule()}
+	rec.Reason = oneLine(rec.Reason)
+	return auditMessage(names, e, d.Agent, rec)
+}
+
 func (a *Admitter) auditMsg(e event.Event, agent string, rec Record) (*nats.Msg, error) {
-	subject, err := a.names.Audit(AuditKind, agent)
+	return auditMessage(a.names, e, agent, rec)
+}
+
+func auditMessage(names streams.Names, e event.Event, agent string, rec Record) (*nats.Msg, error) {
+	subject, err := names.Audit(AuditKind, agent)
 	if err != nil {
 		return nil, fmt.Errorf("admission: audit subject for %q: %w", agent, err)
 	}

@@ -210,6 +210,30 @@ func fromStructured(ct string, body []byte) (event.Event, error) {
 	return e, nil
 }
 
+// Attribute reads one attribute of a binary-mode message from its
+// headers alone, without decoding the event: for a worker that must tell
+// what a delivery asks of it (its trigger's on_busy, say) before it reads
+// the event. ok is false when the header is absent, given twice or does
+// not decode.
+func Attribute(h nats.Header, name string) (value string, ok bool) {
+	found := false
+	for key, values := range h {
+		if len(key) != len(headerPrefix)+len(name) || !strings.EqualFold(key[:len(headerPrefix)], headerPrefix) ||
+			!strings.EqualFold(key[len(headerPrefix):], name) || len(values) == 0 {
+			continue
+		}
+		if found || len(values) > 1 || len(values[0]) > MaxHeaderValueLen {
+			return "", false
+		}
+		v, err := decodeHeaderValue(values[0])
+		if err != nil {
+			return "", false
+		}
+		value, found = v, true
+	}
+	return value, found
+}
+
 func fromBinary(m *nats.Msg, ct, ctKey string) (event.Event, error) {
 	ec := &event.EventContextV1{}
 	var specversion string

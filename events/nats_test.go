@@ -682,3 +682,29 @@ func TestStructuredWithoutContentType(t *testing.T) {
 		t.Fatal("a plain JSON body was taken for an event")
 	}
 }
+
+// Attribute reads what ToMsg wrote, and nothing that is ambiguous.
+func TestAttribute(t *testing.T) {
+	e := event.New()
+	e.SetID("1")
+	e.SetSource("/s")
+	e.SetType("t")
+	e.SetExtension("jlonbusy", "interrupt")
+	e.SetExtension("jlnote", "a b%c")
+	m, err := events.ToMsg("jl.in.a.s", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"jlonbusy": "interrupt", "jlnote": "a b%c", "type": "t"} {
+		if v, ok := events.Attribute(m.Header, name); !ok || v != want {
+			t.Errorf("%s: %q %v, want %q", name, v, ok, want)
+		}
+	}
+	if _, ok := events.Attribute(m.Header, "jlmissing"); ok {
+		t.Error("an absent attribute was found")
+	}
+	m.Header["CE-JLONBUSY"] = []string{"steer"}
+	if _, ok := events.Attribute(m.Header, "jlonbusy"); ok {
+		t.Error("an attribute given twice was read")
+	}
+}

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -37,6 +38,10 @@ type Target struct {
 	// Debounced marks an event that joined a burst: the session gets one
 	// event for the burst after the trigger's quiet window.
 	Debounced bool `json:"debounced,omitempty"`
+	// Throttled marks an event its trigger's throttle queued: it is
+	// stored and goes to the session at At.
+	Throttled bool      `json:"throttled,omitempty"`
+	At        time.Time `json:"at,omitzero"`
 }
 
 // Handler handles one delivery.

@@ -71,6 +71,21 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 				}
 				counts[dec.Agent] = n
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session, Debounced: true})
+			case admission.Throttled:
+				ref, err := dec.Ref()
+				if err != nil {
+					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
+				}
+				ev, err := cc.forSession(ctx, e, ref)
+				if err != nil {
+					m.publishFailures.Inc()
+					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
+				if err := adm.Delay(ctx, ev, dec); err != nil {
+					m.publishFailures.Inc()
+					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				}
+				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session, Throttled: true, At: dec.At})
 			}
 		}
 		light, err := cc.withoutData(e)

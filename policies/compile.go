@@ -66,6 +66,8 @@ type CompiledTrigger struct {
 	// Prompt renders the turn's leading text; nil without one.
 	Prompt  *Prompt
 	payload *Expr
+	// ThrottleKey is the throttle's key; nil without one.
+	ThrottleKey *Expr
 }
 
 // CompiledApproval is an approval gate with its condition compiled.
@@ -207,6 +209,7 @@ var (
 	scriptErrs = []string{"rate_limited", "server_error", "timeout"}
 	sessModes  = []string{"", "persistent", "ephemeral"}
 	overlaps   = []string{"", "skip", "queue_one", "cancel_previous"}
+	onBusies   = []string{"", OnBusyEnqueue, OnBusyReject, OnBusyInterrupt, OnBusySteer}
 )
 
 // MaxConcurrency bounds a concurrency limit: the slots of one key are one
@@ -362,6 +365,20 @@ func compile(d Definition, c *checker) *Compiled {
 			if r.Burst < 0 || r.Burst > 1e6 {
 				c.addf(f+".rate.burst", "%d: want 0 (default: per_minute) to 1000000", r.Burst)
 			}
+		}
+		if th := t.Throttle; th != nil {
+			if !(th.PerMinute > 0) || th.PerMinute > 1e6 {
+				c.addf(f+".throttle.per_minute", "%v: want more than 0 and at most 1000000", th.PerMinute)
+			}
+			if th.Key != "" {
+				ct.ThrottleKey = c.expr(f+".throttle.key", th.Key, stringOverEvent)
+			}
+			if t.Debounce != nil {
+				c.addf(f+".throttle", "a trigger takes throttle or debounce, not both: a debounced burst is one event already")
+			}
+		}
+		if !oneOf(t.OnBusy, onBusies) {
+			c.addf(f+".on_busy", "%q: want enqueue, reject, interrupt or steer", t.OnBusy)
 		}
 		if db := t.Debounce; db != nil {
 			if db.Window.D() < MinDebounce || db.Window.D() > MaxDebounce {

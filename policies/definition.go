@@ -129,9 +129,36 @@ type Trigger struct {
 	// `event` giving a map or a string, or "full" for the whole data.
 	// Default: a compact projection per GitHub event kind, and the data as
 	// it is for other events.
-	Payload  string    `yaml:"payload,omitempty" json:"payload,omitempty"`
+	Payload string `yaml:"payload,omitempty" json:"payload,omitempty"`
+	// Rate drops what exceeds it; Throttle delays it instead, so every
+	// event runs, spaced out.
 	Rate     *Rate     `yaml:"rate,omitempty" json:"rate,omitempty"`
+	Throttle *Throttle `yaml:"throttle,omitempty" json:"throttle,omitempty"`
 	Debounce *Debounce `yaml:"debounce,omitempty" json:"debounce,omitempty"`
+	// OnBusy is what an event this trigger admits does when its session's
+	// run is still going: "enqueue" (the default: it runs after), "reject"
+	// (it does not run; the decision is recorded), "interrupt" (the
+	// running run is stopped and the event's starts) or "steer" (it joins
+	// the running run before its next model call).
+	OnBusy string `yaml:"on_busy,omitempty" json:"on_busy,omitempty"`
+}
+
+// On-busy policies of a trigger.
+const (
+	OnBusyEnqueue   = "enqueue"
+	OnBusyReject    = "reject"
+	OnBusyInterrupt = "interrupt"
+	OnBusySteer     = "steer"
+)
+
+// Throttle spaces out the events a trigger admits per key: at most
+// PerMinute a minute go to their sessions, the rest wait their turn
+// (durably, as delayed messages in JL_IN) instead of being dropped.
+type Throttle struct {
+	PerMinute float64 `yaml:"per_minute" json:"per_minute"`
+	// Key is a CEL string expression over `event`; empty: one queue for
+	// the trigger.
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
 }
 
 // Rate limits admissions per key.

@@ -186,6 +186,27 @@ func (n Names) DebounceKey(r SessionRef, key string) string {
 	return n.Debounce(r) + "." + hex.EncodeToString(h[:16])
 }
 
+// Throttle is the subject holding one throttled event until its turn:
+// jl.throttle.<agent>.<session>.<event-hash>, one per event (id names
+// the event).
+func (n Names) Throttle(r SessionRef, id string) string {
+	h := sha256.Sum256([]byte(id))
+	return n.p() + ".throttle." + r.Key() + "." + hex.EncodeToString(h[:16])
+}
+
+// ThrottleAll matches every subject of Throttle.
+func (n Names) ThrottleAll() string { return n.p() + ".throttle.>" }
+
+// ThrottleKey is the key in jl_dedupe of the queue of an agent's trigger
+// for one throttle key: throttle.<agent>.<trigger>.<key-hash>.
+func (n Names) ThrottleKey(agent, trigger, key string) (string, error) {
+	k, err := n.RateKey(agent, trigger, key)
+	if err != nil {
+		return "", err
+	}
+	return "throttle" + strings.TrimPrefix(k, "rate"), nil
+}
+
 // DebounceAll matches every subject of Debounce and DebounceKey.
 func (n Names) DebounceAll() string { return n.p() + ".debounce.>" }
 

@@ -107,11 +107,11 @@ func Layout(opts Options) []Resource {
 	return []Resource{
 		{
 			Kind: KindStream, Name: n.StreamIn(),
-			Purpose: "admitted events and ticks per agent and session; schedule messages; pending debounced events",
+			Purpose: "admitted events and ticks per agent and session; schedule messages; pending debounced and throttled events",
 			Stream: jetstream.StreamConfig{
 				Name:        n.StreamIn(),
-				Description: "jetloop: admitted events, ticks, schedules and debounced events",
-				Subjects:    []string{n.InAll(), n.SchedAll(), n.DebounceAll()},
+				Description: "jetloop: admitted events, ticks, schedules, debounced and throttled events",
+				Subjects:    []string{n.InAll(), n.SchedAll(), n.DebounceAll(), n.ThrottleAll()},
 				Retention:   jetstream.LimitsPolicy,
 				Storage:     st,
 				Replicas:    r,

@@ -170,6 +170,8 @@ func (r *runner) effectContext(ctx context.Context) (ectx context.Context, done 
 		cancel(errCancelRequested)
 	case r.superseded:
 		cancel(errSuperseded)
+	case r.interruptSeq > r.runSeq:
+		cancel(errInterrupted)
 	}
 	r.abort = cancel
 	return ectx, func() {
@@ -221,6 +223,10 @@ func (r *runner) observe(st record.State) {
 	r.applied.Store(st.CtlSeq)
 	r.ctlMu.Lock()
 	defer r.ctlMu.Unlock()
+	r.runSeq = st.InSeq
+	if r.interruptSeq <= st.InSeq {
+		r.interruptSeq = 0
+	}
 	r.runTick = ""
 	if st.Status == record.StatusWorking && st.Tick != nil && st.Tick.Overlap == schedule.OverlapCancelPrevious && !st.Tick.Superseded {
 		r.runTick, r.runInSeq = st.Tick.Schedule, st.InSeq

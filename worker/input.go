@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetloop/jetloop/admission"
@@ -60,20 +61,10 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		ev = tev
 	}
-	e := s.entry(&next, record.KindEvent)
-	e.Time = in.time.UTC()
-	if e.Time.IsZero() {
-		e.Time = time.Now().UTC()
+	if busy, err := s.busyInput(ctx, in, ev); busy || err != nil {
+		return err
 	}
-	e.Name = ev.Type()
-	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
-	if n := extInt(ev.Extensions()[admission.ExtCount]); n > 1 {
-		// A debounced burst fired: the data is its latest event's.
-		e.Event.Count = n
-	}
-	if ev.Type() == events.TypeRequest {
-		e.Kind = record.KindUser
-	}
+	e := s.eventEntry(&next, in, ev)
 	if s.st.Status.Waiting() {
 		// It joins the context the session resumes with, as the
 		// definition it runs on renders it (or by default, when that is
@@ -131,6 +122,8 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.RunTurns, next.RunUsage, next.RunToolErrors = 0, model.Usage{}, 0
 	next.RunStarted = time.Now().UTC()
 	next.SetStatus(record.StatusWorking, "", next.RunStarted)
+	// An input that came before the run began may act on it.
+	s.r.steerHint.Store(true)
 	s.log.Info("run started", "seq", in.seq, "type", ev.Type(), "version", next.DefinitionVersion)
 	merged := s.mergeNext(ctx, &next, nil)
 	if err := s.commit(ctx, entries, next); err != nil {
@@ -138,6 +131,26 @@ func (s *session) input(ctx context.Context, in *input) error {
 	}
 	s.merged(merged)
 	return nil
+}
+
+// eventEntry is the transcript entry of input in, whose event is ev,
+// without its text: the definition that runs renders it (eventText).
+func (s *session) eventEntry(next *record.State, in *input, ev event.Event) record.Entry {
+	e := s.entry(next, record.KindEvent)
+	e.Time = in.time.UTC()
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	e.Name = ev.Type()
+	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
+	if n := extInt(ev.Extensions()[admission.ExtCount]); n > 1 {
+		// A debounced burst fired: the data is its latest event's.
+		e.Event.Count = n
+	}
+	if ev.Type() == events.TypeRequest {
+		e.Kind = record.KindUser
+	}
+	return e
 }
 
 var errNoDefinition = errors.New("agent has no definition")
@@ -230,6 +243,11 @@ func (s *session) next(ctx context.Context) error {
 	}
 	if len(s.st.Steers) > 0 {
 		return s.flushSteers(ctx)
+	}
+	if s.r.steerHint.Load() {
+		if joined, err := s.steerInput(ctx); joined || err != nil {
+			return err
+		}
 	}
 	if limit, _ := budget(s.st, record.StepModel, time.Now()); limit == "" {
 		in, c, err := s.window(ctx, s.st.Turns+1)

@@ -32,6 +32,7 @@ type Metrics struct {
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	slots        *prometheus.CounterVec
+	busy         *prometheus.CounterVec
 
 	versionsMu sync.Mutex
 	newest     map[string]uint64          // the newest version seen, by agent
@@ -102,6 +103,10 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "dead_letters_total",
 			Help: "Inputs sent to JL_DLQ, by result (ok; failed: the input stays unconsumed and comes back).",
 		}, []string{"result"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "busy_inputs_total",
+			Help: "Events that came while their session's run went on and acted on it, by their trigger's on_busy (reject, interrupt, steer).",
+		}, []string{"on_busy"}),
 		slots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "concurrency_slots_total",
 			Help: "Requests of runs for a concurrency slot, by result (granted; queued: none free, the event waits in JL_IN).",
@@ -125,7 +130,7 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.compactions, m.contextTokens, m.maskedResults} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.busy, m.compactions, m.contextTokens, m.maskedResults} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -66,6 +66,15 @@ type runner struct {
 	runTick  string
 	runInSeq uint64
 
+	// runSeq is the input that started the working run, and interruptSeq
+	// an input after it that interrupts it (both under ctlMu).
+	runSeq       uint64
+	interruptSeq uint64
+	// busyWatch: the working run's definition takes inputs that act on
+	// it (on_busy interrupt or steer); steerHint: one may have come.
+	busyWatch atomic.Bool
+	steerHint atomic.Bool
+
 	slotMu sync.Mutex
 	// slot is the concurrency slot this runner holds for the session's
 	// run, nil when it holds none.
@@ -88,6 +97,7 @@ func (r *runner) add(d delivery) {
 		}
 	} else {
 		r.checkSupersede(d)
+		r.noteBusyDelivery(d)
 	}
 	for i := range r.held {
 		if r.held[i].seq == d.seq && r.held[i].ctl == d.ctl {
@@ -291,6 +301,12 @@ func (r *runner) session(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe to %s: %w", w.names.Ctl(r.ref), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// It hears the session's new inputs too: one may act on the run.
+	isub, err := w.nc.Subscribe(w.names.In(r.ref), func(m *nats.Msg) { r.onInput(sctx, m) })
+	if err != nil {
+		return fmt.Errorf("worker: subscribe to %s: %w", w.names.In(r.ref), err)
+	}
+	defer func() { _ = isub.Unsubscribe() }()
 	r.ctlHint.Store(true)
 	s, err := r.claim(sctx)
 	if errors.Is(err, errNoSession) {
@@ -330,6 +346,7 @@ func (r *runner) keep(ctx, sctx context.Context, cancel context.CancelCauseFunc,
 			// (a replica that lagged when the loop last read JL_CTL).
 			r.ctlHint.Store(true)
 			r.pollSupersede(sctx)
+			r.lookForBusyInputs(sctx)
 			rctx, rcancel := context.WithTimeout(sctx, every)
 			err := w.leases.renew(rctx, ls)
 			if err == nil {

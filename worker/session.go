@@ -116,6 +116,7 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			}
 			return err
 		}
+		s.r.busyWatch.Store(s.st.Status == record.StatusWorking && takesBusyInputs(s.def))
 		var err error
 		switch {
 		case s.st.Pending != nil && !s.isFresh() && !s.looked():
@@ -130,6 +131,8 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			err = s.controls(sctx)
 		case s.supersededRun(sctx):
 			err = s.endSuperseded(sctx)
+		case s.interruptedRun(sctx):
+			err = s.endInterrupted(sctx, "")
 		case s.st.Status == record.StatusQueued && s.st.Queued != nil && s.st.Queued.Run:
 			err = s.continueQueued(sctx)
 		case s.isFresh():
