@@ -215,6 +215,21 @@ func (s *session) endInterrupted(ctx context.Context, id string) error {
 	return s.commit(ctx, entries, next)
 }
 
+// steerWaiting reports, when a steer may have come, whether the input
+// after inSeq is one waiting to join the run (before the next model call,
+// which must then not ride on a settlement).
+func (s *session) steerWaiting(ctx context.Context, inSeq uint64) bool {
+	if !takesBusyInputs(s.def) || !s.r.steerHint.Swap(false) {
+		return false
+	}
+	in, err := s.r.nextInput(ctx, inSeq)
+	if err != nil || in == nil || onBusyOf(in.header) != policies.OnBusySteer {
+		return false
+	}
+	s.r.steerHint.Store(true) // for steerInput
+	return true
+}
+
 // steerInput joins the session's next input to the running run when its
 // trigger says steer: its entry goes into the transcript, where the next
 // model call sees it, and the run goes on. joined is false when the next

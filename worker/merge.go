@@ -60,7 +60,7 @@ func (s *session) mergeNext(ctx context.Context, next *record.State, entries []r
 		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
 		return in.Step
 	}
-	if len(next.Steers) > 0 {
+	if len(next.Steers) > 0 || s.steerWaiting(ctx, next.InSeq) {
 		return 0
 	}
 	if limit, _ := budget(*next, record.StepModel, now); limit != "" {
