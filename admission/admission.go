@@ -163,20 +163,26 @@ var ErrBadData = errors.New("admission: event data does not parse")
 //
 // The error is ErrNotReady before the definitions are loaded,
 // ErrUnknownAgent for an event addressed to no known agent, ErrBadData for
-// data that does not parse, and ErrState when rate-limit state cannot be
-// read or written; the event should then be retried, not dropped.
+// data that does not parse (when a rule reads it), and ErrState when
+// rate-limit state cannot be read or written; the event should then be
+// retried, not dropped.
 //
 // A trigger whose session or prompt cannot be carried by the event (a
 // control character in the session name, say) fails alone: its decision is
 // Failed and the event goes to the dead letter stream for that rule, while
 // every other agent still gets it.
 func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error) {
+	return a.DecideData(ctx, policies.NewEventData(e), e)
+}
+
+// DecideData is Decide with the rules' view of e built already: a
+// receiver that decoded e's data hands it over (policies.DecodedEventData)
+// so that it is not decoded twice. The data is decoded only when a trigger
+// of the agents considered reads event.data; data that does not parse is
+// then ErrBadData.
+func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e event.Event) ([]Decision, error) {
 	if !a.rules.IsSynced() {
 		return nil, ErrNotReady
-	}
-	vars, err := policies.EventVars(e)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadData, err)
 	}
 	agents := a.rules.Agents()
 	if to, ok := e.Extensions()[events.ExtAgent].(string); ok && to != "" {
@@ -185,6 +191,14 @@ func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error
 			return nil, fmt.Errorf("%w: %q", ErrUnknownAgent, to)
 		}
 		agents = []*policies.Compiled{c}
+	}
+	reads := false
+	for _, c := range agents {
+		reads = reads || c.ReadsData()
+	}
+	vars, err := data.Vars(reads)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadData, err)
 	}
 	var out []Decision
 	for _, c := range agents {

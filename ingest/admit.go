@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/policies"
 )
 
 // Admit evaluates the delivery against every agent's triggers and hands
@@ -14,7 +15,11 @@ import (
 func Admit(adm *admission.Admitter) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
-			ds, err := adm.Decide(ctx, d.Event)
+			data := d.Data
+			if data == nil {
+				data = policies.NewEventData(d.Event)
+			}
+			ds, err := adm.DecideData(ctx, data, d.Event)
 			switch {
 			case errors.Is(err, admission.ErrUnknownAgent):
 				return nil, fmt.Errorf("%w: %w", ErrNotFound, err)

@@ -33,7 +33,7 @@ func FuzzGitHubReceiver(f *testing.F) {
 			sig = Sign(secret, body)
 		}
 		r.Header.Set(HeaderGitHubSignature, sig)
-		e, ans, err := s.github(r, body)
+		d, ans, err := s.github(r, body)
 		if !signed && sig != Sign(secret, body) {
 			if !errors.Is(err, ErrUnauthorized) {
 				t.Fatalf("signature %q for a body it does not sign: got %v, want ErrUnauthorized", sig, err)
@@ -52,10 +52,10 @@ func FuzzGitHubReceiver(f *testing.F) {
 			}
 			return
 		}
-		if e.ID() != delivery {
-			t.Fatalf("event id %q is not the delivery %q", e.ID(), delivery)
+		if d.Event.ID() != delivery {
+			t.Fatalf("event id %q is not the delivery %q", d.Event.ID(), delivery)
 		}
-		if _, err := events.ToMsg("jl.in.a.s", e); err != nil {
+		if _, err := events.ToMsg("jl.in.a.s", d.Event); err != nil {
 			t.Fatalf("accepted a delivery that cannot be published: %v", err)
 		}
 	})

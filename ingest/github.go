@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/policies"
 )
 
 // GitHub's webhook headers.
@@ -52,31 +52,82 @@ func VerifySignature(secret, body []byte, sig string) bool {
 
 // githubPayload holds the fields of a webhook body that name its event.
 type githubPayload struct {
-	Action     string `json:"action"`
-	Number     int64  `json:"number"`
-	Ref        string `json:"ref"`
-	Repository *struct {
-		FullName string `json:"full_name"`
-	} `json:"repository"`
-	Organization *struct {
-		Login string `json:"login"`
-	} `json:"organization"`
-	PullRequest *struct {
-		Number int64 `json:"number"`
-	} `json:"pull_request"`
-	Issue *struct {
-		Number      int64           `json:"number"`
-		PullRequest json.RawMessage `json:"pull_request"`
-	} `json:"issue"`
-	CheckRun *struct {
-		ID int64 `json:"id"`
-	} `json:"check_run"`
-	WorkflowRun *struct {
-		ID int64 `json:"id"`
-	} `json:"workflow_run"`
-	Installation *struct {
-		ID int64 `json:"id"`
-	} `json:"installation"`
+	Action       string
+	Ref          string
+	Repository   string // full_name
+	Organization string // login
+	PullRequest  int64  // number
+	Issue        int64  // number
+	IssueIsPull  bool   // the issue has a non-null pull_request
+	CheckRun     int64  // id
+	WorkflowRun  int64  // id
+	Installation *int64 // id
+}
+
+// githubFields reads the fields that name a webhook's event out of its
+// body, decoded: a field of the wrong type is an error, as it would be
+// for a decoder into a struct.
+func githubFields(m map[string]any) (githubPayload, error) {
+	var p githubPayload
+	var err error
+	str := func(obj map[string]any, k string) string {
+		v, ok := obj[k]
+		if !ok || v == nil || err != nil {
+			return ""
+		}
+		s, ok := v.(string)
+		if !ok {
+			err = fmt.Errorf("%s is %T, want a string", k, v)
+		}
+		return s
+	}
+	num := func(obj map[string]any, k string) int64 {
+		v, ok := obj[k]
+		if !ok || v == nil || err != nil {
+			return 0
+		}
+		n, ok := v.(int64)
+		if !ok {
+			err = fmt.Errorf("%s is %v, want a whole number", k, v)
+		}
+		return n
+	}
+	obj := func(k string) map[string]any {
+		v, ok := m[k]
+		if !ok || v == nil || err != nil {
+			return nil
+		}
+		o, ok := v.(map[string]any)
+		if !ok {
+			err = fmt.Errorf("%s is %T, want an object", k, v)
+		}
+		return o
+	}
+	p.Action, p.Ref = str(m, "action"), str(m, "ref")
+	if o := obj("repository"); o != nil {
+		p.Repository = str(o, "full_name")
+	}
+	if o := obj("organization"); o != nil {
+		p.Organization = str(o, "login")
+	}
+	if o := obj("pull_request"); o != nil {
+		p.PullRequest = num(o, "number")
+	}
+	if o := obj("issue"); o != nil {
+		p.Issue = num(o, "number")
+		p.IssueIsPull = o["pull_request"] != nil
+	}
+	if o := obj("check_run"); o != nil {
+		p.CheckRun = num(o, "id")
+	}
+	if o := obj("workflow_run"); o != nil {
+		p.WorkflowRun = num(o, "id")
+	}
+	if o := obj("installation"); o != nil {
+		id := num(o, "id")
+		p.Installation = &id
+	}
+	return p, err
 }
 
 // validGitHubName accepts an X-GitHub-Event name: lower-case letters,
@@ -100,42 +151,53 @@ func validGitHubName(s string) bool {
 // about (pull/12, issues/7, a ref, check_run/…), data the body as sent.
 // It returns isPing for GitHub's ping, which is answered and not
 // published.
-func githubEvent(h http.Header, body []byte, now time.Time) (e event.Event, isPing bool, err error) {
+//
+// The body is decoded once, here, as rules read it (policies.ParseJSON):
+// data is what admission's rules see of it.
+func githubEvent(h http.Header, body []byte, now time.Time) (e event.Event, data any, isPing bool, err error) {
 	name, delivery := h.Get(HeaderGitHubEvent), h.Get(HeaderGitHubDelivery)
 	switch {
 	case name == "":
-		return e, false, fmt.Errorf("%w: missing %s header", ErrBadRequest, HeaderGitHubEvent)
+		return e, nil, false, fmt.Errorf("%w: missing %s header", ErrBadRequest, HeaderGitHubEvent)
 	case !validGitHubName(name):
-		return e, false, fmt.Errorf("%w: %s %q is not an event name", ErrBadRequest, HeaderGitHubEvent, name)
+		return e, nil, false, fmt.Errorf("%w: %s %q is not an event name", ErrBadRequest, HeaderGitHubEvent, name)
 	case delivery == "":
-		return e, false, fmt.Errorf("%w: missing %s header", ErrBadRequest, HeaderGitHubDelivery)
+		return e, nil, false, fmt.Errorf("%w: missing %s header", ErrBadRequest, HeaderGitHubDelivery)
 	case len(delivery) > 128 || strings.ContainsFunc(delivery, func(r rune) bool { return r <= ' ' || r > '~' }):
-		return e, false, fmt.Errorf("%w: %s %q is not a delivery id", ErrBadRequest, HeaderGitHubDelivery, delivery)
+		return e, nil, false, fmt.Errorf("%w: %s %q is not a delivery id", ErrBadRequest, HeaderGitHubDelivery, delivery)
 	}
-	var p githubPayload
 	if trimmed := strings.TrimLeft(string(body[:min(len(body), 64)]), " \t\r\n"); !strings.HasPrefix(trimmed, "{") {
-		return e, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object", ErrBadRequest, name, delivery)
+		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object", ErrBadRequest, name, delivery)
 	}
-	if err := json.Unmarshal(body, &p); err != nil {
-		return e, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object: %w", ErrBadRequest, name, delivery, err)
+	data, err = policies.ParseJSON(body)
+	if err != nil {
+		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object: %w", ErrBadRequest, name, delivery, err)
+	}
+	m, ok := data.(map[string]any)
+	if !ok {
+		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object", ErrBadRequest, name, delivery)
+	}
+	p, err := githubFields(m)
+	if err != nil {
+		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s: %w", ErrBadRequest, name, delivery, err)
 	}
 	if name == "ping" {
-		return e, true, nil
+		return e, nil, true, nil
 	}
 	if p.Action != "" && !validGitHubName(p.Action) {
-		return e, false, fmt.Errorf("%w: action %q of %s delivery %s is not an action name", ErrBadRequest, p.Action, name, delivery)
+		return e, nil, false, fmt.Errorf("%w: action %q of %s delivery %s is not an action name", ErrBadRequest, p.Action, name, delivery)
 	}
 	e = event.New()
 	e.SetID(delivery)
 	e.SetType(events.GitHubType(name, p.Action))
 	e.SetTime(now.UTC())
 	switch {
-	case p.Repository != nil && p.Repository.FullName != "":
-		e.SetSource("https://github.com/" + p.Repository.FullName)
-	case p.Organization != nil && p.Organization.Login != "":
-		e.SetSource("https://github.com/" + p.Organization.Login)
+	case p.Repository != "":
+		e.SetSource("https://github.com/" + p.Repository)
+	case p.Organization != "":
+		e.SetSource("https://github.com/" + p.Organization)
 	case p.Installation != nil:
-		e.SetSource("https://github.com/apps/installations/" + strconv.FormatInt(p.Installation.ID, 10))
+		e.SetSource("https://github.com/apps/installations/" + strconv.FormatInt(*p.Installation, 10))
 	default:
 		e.SetSource("https://github.com")
 	}
@@ -143,24 +205,24 @@ func githubEvent(h http.Header, body []byte, now time.Time) (e event.Event, isPi
 		e.SetSubject(s)
 	}
 	if err := e.SetData(event.ApplicationJSON, body); err != nil {
-		return e, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return e, nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return e, false, nil
+	return e, data, false, nil
 }
 
 func githubSubject(name string, p githubPayload) string {
 	switch {
-	case p.PullRequest != nil && p.PullRequest.Number > 0:
-		return "pull/" + strconv.FormatInt(p.PullRequest.Number, 10)
-	case p.Issue != nil && p.Issue.Number > 0:
-		if len(p.Issue.PullRequest) > 0 && string(p.Issue.PullRequest) != "null" {
-			return "pull/" + strconv.FormatInt(p.Issue.Number, 10)
+	case p.PullRequest > 0:
+		return "pull/" + strconv.FormatInt(p.PullRequest, 10)
+	case p.Issue > 0:
+		if p.IssueIsPull {
+			return "pull/" + strconv.FormatInt(p.Issue, 10)
 		}
-		return "issues/" + strconv.FormatInt(p.Issue.Number, 10)
-	case p.CheckRun != nil && p.CheckRun.ID > 0:
-		return "check_run/" + strconv.FormatInt(p.CheckRun.ID, 10)
-	case p.WorkflowRun != nil && p.WorkflowRun.ID > 0:
-		return "workflow_run/" + strconv.FormatInt(p.WorkflowRun.ID, 10)
+		return "issues/" + strconv.FormatInt(p.Issue, 10)
+	case p.CheckRun > 0:
+		return "check_run/" + strconv.FormatInt(p.CheckRun, 10)
+	case p.WorkflowRun > 0:
+		return "workflow_run/" + strconv.FormatInt(p.WorkflowRun, 10)
 	case name == "push" && p.Ref != "":
 		return p.Ref
 	}

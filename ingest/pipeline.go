@@ -8,12 +8,17 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/policies"
 )
 
 // Delivery is one event on its way through the pipeline.
 type Delivery struct {
 	// Event is the CloudEvent the receiver built.
 	Event event.Event
+	// Data is what rules read of the event, its data decoded by a
+	// receiver that read it already; nil: admission decodes it if a rule
+	// reads it.
+	Data *policies.EventData
 	// Receiver names the receiver it came through: github, events or
 	// request.
 	Receiver string

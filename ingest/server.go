@@ -25,6 +25,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest/gate"
+	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -197,7 +198,7 @@ func (s *Server) Mount(mux *http.ServeMux) {
 type admit func(r *http.Request) error
 
 // receive turns a request into an event (or an immediate answer).
-type receive func(r *http.Request, body []byte) (e event.Event, answer *answer, err error)
+type receive func(r *http.Request, body []byte) (d *Delivery, answer *answer, err error)
 
 // answer is a response given without the pipeline (a ping).
 type answer struct {
@@ -234,7 +235,7 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 			s.fail(w, name, err)
 			return
 		}
-		e, ans, err := recv(r, body)
+		d, ans, err := recv(r, body)
 		if err != nil {
 			s.fail(w, name, err)
 			return
@@ -243,7 +244,9 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 			writeJSON(w, ans.status, ans.body)
 			return
 		}
-		res, err := s.handle(ctx, &Delivery{Event: e, Receiver: name})
+		d.Receiver = name
+		e := d.Event
+		res, err := s.handle(ctx, d)
 		if err != nil {
 			s.fail(w, name, err)
 			return
@@ -269,19 +272,19 @@ func (s *Server) githubHeaders(r *http.Request) error {
 	return nil
 }
 
-func (s *Server) github(r *http.Request, body []byte) (event.Event, *answer, error) {
+func (s *Server) github(r *http.Request, body []byte) (*Delivery, *answer, error) {
 	sig := r.Header.Get(HeaderGitHubSignature)
 	if !VerifySignature(s.cfg.GitHubSecret, body, sig) {
-		return event.Event{}, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
+		return nil, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
 	}
-	e, ping, err := githubEvent(r.Header, body, s.cfg.Now())
+	e, data, ping, err := githubEvent(r.Header, body, s.cfg.Now())
 	if err != nil {
-		return e, nil, err
+		return nil, nil, err
 	}
 	if ping {
-		return e, &answer{status: http.StatusOK, body: map[string]any{"ping": true, "delivery": r.Header.Get(HeaderGitHubDelivery)}}, nil
+		return nil, &answer{status: http.StatusOK, body: map[string]any{"ping": true, "delivery": r.Header.Get(HeaderGitHubDelivery)}}, nil
 	}
-	return e, nil, nil
+	return &Delivery{Event: e, Data: policies.DecodedEventData(e, data)}, nil, nil
 }
 
 // bearer checks the Authorization header against the configured token in
@@ -297,36 +300,36 @@ func (s *Server) bearer(r *http.Request) error {
 	return nil
 }
 
-func (s *Server) cloudEvent(r *http.Request, body []byte) (event.Event, *answer, error) {
+func (s *Server) cloudEvent(r *http.Request, body []byte) (*Delivery, *answer, error) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	ep, err := cehttp.NewEventFromHTTPRequest(r)
 	if err != nil {
-		return event.Event{}, nil, fmt.Errorf("%w: not a CloudEvent (binary or structured mode): %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: not a CloudEvent (binary or structured mode): %w", ErrBadRequest, err)
 	}
 	e := *ep
 	if err := e.Validate(); err != nil {
-		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	// Data that claims to be JSON must be one JSON value and nothing
 	// else, or rules would read what the sender did not mean (structured
 	// mode's envelope is held to that by its parser).
 	if isJSON(e.DataContentType()) && len(e.DataEncoded) > 0 && !json.Valid(e.DataEncoded) {
-		return e, nil, fmt.Errorf("%w: data of event %s is declared %s but is not one JSON value", ErrBadRequest, e.ID(), e.DataContentType())
+		return nil, nil, fmt.Errorf("%w: data of event %s is declared %s but is not one JSON value", ErrBadRequest, e.ID(), e.DataContentType())
 	}
 	// The worker caps delegation depth by this count: it must be one.
 	if v, ok := e.Extensions()[events.ExtHops]; ok {
 		if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 0 || n > MaxHops {
-			return e, nil, fmt.Errorf("%w: extension %s %q: want a whole number from 0 to %d", ErrBadRequest, events.ExtHops, fmt.Sprint(v), MaxHops)
+			return nil, nil, fmt.Errorf("%w: extension %s %q: want a whole number from 0 to %d", ErrBadRequest, events.ExtHops, fmt.Sprint(v), MaxHops)
 		}
 	}
 	// What ToMsg refuses could never be published: refuse it now.
 	if _, err := events.ToMsg("ingest.check", e); err != nil {
 		if errors.Is(err, events.ErrTooLarge) {
-			return e, nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+			return nil, nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
 		}
-		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return e, nil, nil
+	return &Delivery{Event: e}, nil, nil
 }
 
 // isJSON reports whether a media type is JSON: application/json, or a
@@ -344,29 +347,29 @@ type requestBody struct {
 	Text string `json:"text"`
 }
 
-func (s *Server) request(r *http.Request, body []byte) (event.Event, *answer, error) {
+func (s *Server) request(r *http.Request, body []byte) (*Delivery, *answer, error) {
 	agent, session := r.PathValue("agent"), r.PathValue("session")
 	if _, err := streams.NewSessionRef(agent, session); err != nil {
-		return event.Event{}, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	var req requestBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return event.Event{}, nil, fmt.Errorf(`%w: body must be {"text": "..."}: %w`, ErrBadRequest, err)
+		return nil, nil, fmt.Errorf(`%w: body must be {"text": "..."}: %w`, ErrBadRequest, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return event.Event{}, nil, fmt.Errorf(`%w: body must be one JSON object {"text": "..."}, with nothing after it`, ErrBadRequest)
+		return nil, nil, fmt.Errorf(`%w: body must be one JSON object {"text": "..."}, with nothing after it`, ErrBadRequest)
 	}
 	if strings.TrimSpace(req.Text) == "" {
-		return event.Event{}, nil, fmt.Errorf("%w: text is empty", ErrBadRequest)
+		return nil, nil, fmt.Errorf("%w: text is empty", ErrBadRequest)
 	}
 	id := r.Header.Get("Idempotency-Key")
 	switch {
 	case id == "":
 		id = uuid.NewString()
 	case len(id) > MaxIdempotencyKey || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }):
-		return event.Event{}, nil, fmt.Errorf("%w: Idempotency-Key: at most %d printable characters", ErrBadRequest, MaxIdempotencyKey)
+		return nil, nil, fmt.Errorf("%w: Idempotency-Key: at most %d printable characters", ErrBadRequest, MaxIdempotencyKey)
 	}
 	data, _ := json.Marshal(req)
 	e := event.New()
@@ -379,14 +382,14 @@ func (s *Server) request(r *http.Request, body []byte) (event.Event, *answer, er
 	e.SetExtension(events.ExtAgent, agent)
 	e.SetExtension(events.ExtSession, session)
 	if err := e.SetData(event.ApplicationJSON, data); err != nil {
-		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	// A session or key that no event can carry (invalid UTF-8, say) is
 	// the sender's fault: refuse it before anything is written.
 	if _, err := events.ToMsg("ingest.check", e); err != nil {
-		return e, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return e, nil, nil
+	return &Delivery{Event: e}, nil, nil
 }
 
 var errNotConfigured = errors.New("ingest: receiver not configured")

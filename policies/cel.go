@@ -163,6 +163,8 @@ type Expr struct {
 	src  string
 	kind exprKind
 	prg  cel.Program
+	// readsData: the expression may read event.data (see readsEventData).
+	readsData bool
 }
 
 // String returns the expression's source.
@@ -241,7 +243,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if err != nil {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
-	return &Expr{src: src, kind: kind, prg: prg}, nil
+	return &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked)}, nil
 }
 
 // emptyInputs estimates every input whose size CEL cannot know (strings,

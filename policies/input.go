@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"mime"
 	"strings"
 	"time"
@@ -26,10 +25,45 @@ type Vars map[string]any
 // a string; anything else is bytes. A JSON body that does not parse is an
 // error.
 func EventVars(e event.Event) (Vars, error) {
-	data, err := eventData(e)
-	if err != nil {
-		return nil, err
+	return NewEventData(e).Vars(true)
+}
+
+// EventData is what rules read of one event, its data decoded at most
+// once and only when a rule reads it: build one per event and ask it for
+// the Vars of every rule.
+type EventData struct {
+	e       event.Event
+	data    any
+	err     error
+	decoded bool
+}
+
+// NewEventData returns the rules' view of e; its data is decoded on the
+// first Vars(true).
+func NewEventData(e event.Event) *EventData { return &EventData{e: e} }
+
+// DecodedEventData returns the rules' view of e whose data its receiver
+// has decoded already, as ParseJSON does, into data.
+func DecodedEventData(e event.Event, data any) *EventData {
+	return &EventData{e: e, data: data, decoded: true}
+}
+
+// Vars returns the variables triggers see (see EventVars). With data
+// false, event.data is null and the data is not decoded: for rules that
+// do not read it (Compiled.ReadsData).
+func (d *EventData) Vars(data bool) (Vars, error) {
+	var v any
+	if data {
+		if !d.decoded {
+			d.data, d.err = eventData(d.e)
+			d.decoded = true
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		v = d.data
 	}
+	e := d.e
 	exts := make(map[string]any, len(e.Extensions()))
 	for k, v := range e.Extensions() {
 		exts[k] = fmt.Sprint(v)
@@ -38,10 +72,6 @@ func EventVars(e event.Event) (Vars, error) {
 	if !e.Time().IsZero() {
 		tm = e.Time().UTC()
 	}
-	schema := ""
-	if u := e.DataSchema(); u != "" {
-		schema = u
-	}
 	return Vars{"event": map[string]any{
 		"id":              e.ID(),
 		"source":          e.Source(),
@@ -49,9 +79,9 @@ func EventVars(e event.Event) (Vars, error) {
 		"subject":         e.Subject(),
 		"time":            tm,
 		"datacontenttype": e.DataContentType(),
-		"dataschema":      schema,
+		"dataschema":      e.DataSchema(),
 		"specversion":     e.SpecVersion(),
-		"data":            data,
+		"data":            v,
 		"extensions":      exts,
 	}}, nil
 }
@@ -85,43 +115,15 @@ func eventData(e event.Event) (any, error) {
 }
 
 // ParseJSON decodes a JSON document into maps, slices, strings, bools,
-// nil, int64 (numbers without fraction or exponent that fit) and float64.
+// nil, int64 (numbers without fraction or exponent that fit) and float64
+// (numbers out of a float64's range stay their text). Anything but space
+// after the document is an error.
 func ParseJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := decodeJSON(raw)
+	if err != nil {
 		return nil, fmt.Errorf("parse JSON: %w", err)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("parse JSON: data after the first value")
-	}
-	return numbers(v), nil
-}
-
-func numbers(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = numbers(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = numbers(e)
-		}
-		return x
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			return i
-		}
-		f, err := x.Float64()
-		if err != nil || math.IsInf(f, 0) {
-			return string(x)
-		}
-		return f
-	}
-	return v
+	return v, nil
 }
 
 // ToolCall is what approval rules see as `tool`.
