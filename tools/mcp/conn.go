@@ -43,6 +43,7 @@ type conn struct {
 	generation int
 
 	liveMu  sync.Mutex
+	liveGen int                 // the generation live is of
 	live    map[string]liveTool // the current connection's tools/list
 	noted   map[string]bool     // changes recorded for this connection
 	listErr error               // the last tools/list failed
@@ -195,7 +196,7 @@ func (c *conn) dial(ctx context.Context) error {
 	c.p.metrics.connects.WithLabelValues(c.srv.Name, "ok").Inc()
 	c.p.metrics.open.Inc()
 	c.log.Info("connected to MCP server", "generation", c.generation, "mcp_session", cs.ID(), "tools", len(live))
-	c.setLive(live, "connect")
+	c.setLive(live, "connect", c.generation)
 	return nil
 }
 
@@ -281,7 +282,7 @@ func (c *conn) refresh() {
 	if err := c.lock(context.Background()); err != nil {
 		return
 	}
-	cs := c.cs
+	cs, gen := c.cs, c.generation
 	c.unlock()
 	if cs == nil {
 		return
@@ -291,19 +292,28 @@ func (c *conn) refresh() {
 	live, err := listTools(ctx, cs)
 	if err != nil {
 		c.liveMu.Lock()
-		c.listErr = err
+		if gen == c.liveGen { // not a connection replaced meanwhile
+			c.listErr = err
+		}
 		c.liveMu.Unlock()
 		c.log.Warn("tools/list after tools/list_changed failed; the server's tools are withheld until it answers", "err", err)
 		return
 	}
-	c.setLive(live, "list_changed")
+	c.setLive(live, "list_changed", gen)
 }
 
 // setLive takes a new tools/list and records how each admitted tool
 // differs from the catalog recorded at apply.
-func (c *conn) setLive(live map[string]liveTool, when string) {
+//
+// gen is the connection generation the list is of: a list_changed answer
+// of a connection replaced meanwhile is dropped.
+func (c *conn) setLive(live map[string]liveTool, when string, gen int) {
 	c.liveMu.Lock()
-	c.live, c.listErr = live, nil
+	if when != "connect" && gen != c.liveGen {
+		c.liveMu.Unlock()
+		return
+	}
+	c.live, c.listErr, c.liveGen = live, nil, gen
 	if c.noted == nil || when == "connect" {
 		c.noted = map[string]bool{}
 	}
