@@ -136,12 +136,6 @@ func checkContext(c *checker, d Definition) {
 		}
 	}
 	if r := d.Retention; r != nil {
-		n := len(c.errs)
-		defer func() {
-			if len(c.errs) == n {
-				c.addf("retention", "not enforced yet by this runtime version")
-			}
-		}()
 		if r.MaxAge.IsZero() && r.MaxCount == 0 {
 			c.addf("retention", "set max_age, max_count or both")
 		}

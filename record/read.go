@@ -269,7 +269,8 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 				if err = flush(); err == nil {
 					err = fn(Update{State: &st})
 				}
-			} else {
+			} else if strings.Contains(e.Key(), ".log.") {
+				// (The session's other keys, its notes, are not entries.)
 				var en Entry
 				if err := json.Unmarshal(e.Value(), &en); err != nil {
 					return fmt.Errorf("record: decode %s: %w", e.Key(), err)

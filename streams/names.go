@@ -299,6 +299,17 @@ func (n Names) StateKeys() string { return "*.*.state" }
 // LeaseKey is a session's key in jl_leases.
 func (n Names) LeaseKey(r SessionRef) string { return r.Key() }
 
+// RetentionLeaseKey is the key in jl_leases that one worker holds while
+// it applies an agent's retention: retention.<agent>.pass, three tokens
+// where a session's lease has two, so the two never collide.
+func (n Names) RetentionLeaseKey(agent string) (string, error) {
+	t, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	return "retention." + t + ".pass", nil
+}
+
 // KVSubject is the subject a write of key in KV bucket lands on:
 // $KV.<bucket>.<key>. Atomic batches and conditional writes that the KV
 // API does not offer (a CAS update that sets a per-key TTL) publish to it.

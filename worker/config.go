@@ -167,6 +167,10 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// MaxRecoveries bounds how often one step's effect is made again.
 	MaxRecoveries int
+	// RetentionInterval is how often the worker applies the retention of
+	// the agents it serves (one worker of many does each pass); default
+	// DefaultRetentionInterval, negative: never (Retain still works).
+	RetentionInterval time.Duration
 	// Log receives one line per event with agent, session, turn and step.
 	Log *slog.Logger
 	// Metrics collects Prometheus metrics; nil: unregistered ones.
@@ -203,6 +207,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRecoveries == 0 {
 		c.MaxRecoveries = DefaultMaxRecoveries
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

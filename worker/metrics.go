@@ -38,6 +38,7 @@ type Metrics struct {
 	newest     map[string]uint64          // the newest version seen, by agent
 	labelled   map[string]map[uint64]bool // versions with a label, by agent
 
+	retained      prometheus.Counter
 	compactions   prometheus.Counter
 	contextTokens prometheus.Histogram
 	maskedResults prometheus.Counter
@@ -111,6 +112,10 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "concurrency_slots_total",
 			Help: "Requests of runs for a concurrency slot, by result (granted; queued: none free, the event waits in JL_IN).",
 		}, []string{"result"}),
+		retained: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "retention_removed_total",
+			Help: "Sessions at rest removed by their agent's retention, with every record they had.",
+		}),
 		compactions: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "compactions_total",
 			Help: "Compaction steps settled: parts of a context replaced by a summary.",
@@ -130,7 +135,7 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.busy, m.compactions, m.contextTokens, m.maskedResults} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -49,6 +49,11 @@ func (s *session) tickInput(ctx context.Context, in *input, next *record.State) 
 		return ev, true, nil
 	}
 	next.LastTickID = t.ID
+	if t.Spec.Mode == schedule.Ephemeral {
+		// A session of its own for this tick (retention: sessions
+		// ephemeral).
+		next.Ephemeral = true
+	}
 	if s.w.schedules != nil {
 		h, err := s.w.schedules.Get(ctx, s.r.ref.Agent, t.Spec.Schedule)
 		if err == nil && h.State == schedule.StateSuspended {

@@ -276,7 +276,19 @@ func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
 		stopIn()
 		return nil, err
 	}
-	return func() { stopIn(); stopCtl() }, nil
+	stopRetain := func() {}
+	if w.cfg.RetentionInterval > 0 {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer close(done)
+			w.retain(rctx, agent)
+		}()
+		stopRetain = func() { cancel(); <-done }
+	}
+	return func() { stopIn(); stopCtl(); stopRetain() }, nil
 }
 
 // consumeStream creates one durable consumer and consumes it.
