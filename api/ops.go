@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
@@ -290,8 +291,89 @@ func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (Sche
 		}
 		s.log.Info("schedule "+req.Action+"d", "agent", req.Agent, "schedule", req.Schedule, "state", h.State)
 		return SchedulesResponse{Schedules: []schedule.Health{h}}, nil
+	case ScheduleTrigger, ScheduleBackfill:
+		return s.fireSchedule(ctx, req)
 	}
-	return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules: unknown action %q (want %s or %s)", req.Action, ScheduleResume, ScheduleSuspend)
+	return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules: unknown action %q (want %s, %s, %s or %s)", req.Action, ScheduleResume, ScheduleSuspend, ScheduleTrigger, ScheduleBackfill)
+}
+
+// fireSchedule publishes the ticks of a trigger or a backfill.
+func (s *Service) fireSchedule(ctx context.Context, req SchedulesRequest) (SchedulesResponse, error) {
+	if req.Agent == "" || req.Schedule == "" {
+		return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules %s: agent and schedule are required", req.Action)
+	}
+	name := req.Agent + "/" + req.Schedule
+	def, err := s.agents.Get(ctx, req.Agent)
+	if errors.Is(err, policies.ErrNotFound) {
+		return SchedulesResponse{}, errorf(http.StatusNotFound, "schedules %s %s: no agent %q", req.Action, name, req.Agent)
+	}
+	if err != nil {
+		return SchedulesResponse{}, err
+	}
+	var spec schedule.Spec
+	found := false
+	for _, sc := range def.Schedules {
+		if sc.Name == req.Schedule {
+			if spec, err = schedule.Resolve(req.Agent, sc); err != nil {
+				return SchedulesResponse{}, errorf(http.StatusConflict, "schedules %s %s: %v", req.Action, name, err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		return SchedulesResponse{}, errorf(http.StatusNotFound, "schedules %s %s: agent %s has no schedule %q (version %d)", req.Action, name, req.Agent, req.Schedule, def.Version)
+	}
+	h, err := s.schedules.Get(ctx, req.Agent, req.Schedule)
+	switch {
+	case err == nil && h.State == schedule.StateSuspended:
+		return SchedulesResponse{}, errorf(http.StatusConflict, "schedules %s %s: the schedule is suspended (its breaker tripped): jetloop schedules resume %s first", req.Action, name, name)
+	case err != nil && !errors.Is(err, schedule.ErrNotFound):
+		return SchedulesResponse{}, err
+	}
+	now := time.Now()
+	var msgs []*nats.Msg
+	var ticks []schedule.Tick
+	if req.Action == ScheduleTrigger {
+		if !req.From.IsZero() || !req.To.IsZero() {
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules trigger %s: from and to are for backfill", name)
+		}
+		if req.ID == "" {
+			req.ID = uuid.NewString()
+		}
+		m, t, err := schedule.TriggerTick(s.names, spec, req.ID, now)
+		if err != nil {
+			return SchedulesResponse{}, err
+		}
+		msgs, ticks = []*nats.Msg{m}, []schedule.Tick{t}
+	} else {
+		switch {
+		case req.From.IsZero() || req.To.IsZero():
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules backfill %s: from and to are required", name)
+		case !req.From.Before(req.To):
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules backfill %s: from %s is not before to %s", name, req.From.Format(time.RFC3339), req.To.Format(time.RFC3339))
+		case req.To.After(now.Add(time.Second)):
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules backfill %s: to %s is in the future; the server fires those slots", name, req.To.Format(time.RFC3339))
+		case req.ID != "":
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules backfill %s: a backfill's ticks are named by their slots; id is for trigger", name)
+		}
+		if msgs, ticks, err = schedule.BackfillTicks(s.names, spec, req.From, req.To); err != nil {
+			return SchedulesResponse{}, errorf(http.StatusBadRequest, "%v", err)
+		}
+	}
+	seen := func(ctx context.Context, id string) (bool, error) {
+		_, ok, err := s.seen.Seen(ctx, schedule.DedupeSource, id)
+		return ok, err
+	}
+	fired, err := schedule.Publish(ctx, s.js, s.names, msgs, ticks, seen)
+	if err != nil {
+		return SchedulesResponse{}, err
+	}
+	s.log.Info("schedule fired by hand", "agent", req.Agent, "schedule", req.Schedule, "action", req.Action, "ticks", len(fired))
+	hs := []schedule.Health{}
+	if h.Agent != "" {
+		hs = append(hs, h)
+	}
+	return SchedulesResponse{Schedules: hs, Ticks: fired}, nil
 }
 
 func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
@@ -114,6 +115,7 @@ type Service struct {
 	ctl       jetstream.Stream
 	in        jetstream.Stream
 	redriver  *dlq.Redriver
+	seen      *dedupe.Store
 }
 
 // New binds a service to the deployment's streams and buckets, which
@@ -147,8 +149,12 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	seen, err := dedupe.New(ctx, js, dedupe.Config{Names: cfg.Names})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics,
-		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver}, nil
+		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver, seen: seen}, nil
 }
 
 // Run serves the micro service until ctx ends, then stops it: its

@@ -168,20 +168,35 @@ type ControlResponse struct {
 const (
 	ScheduleResume  = "resume"
 	ScheduleSuspend = "suspend"
+	// ScheduleTrigger fires a schedule now, once.
+	ScheduleTrigger = "trigger"
+	// ScheduleBackfill fires a schedule once for every slot in [From, To).
+	ScheduleBackfill = "backfill"
 )
 
-// SchedulesRequest lists schedules (no Action), or resumes or suspends one.
+// SchedulesRequest lists schedules (no Action), resumes or suspends one,
+// or fires one by hand (trigger, backfill).
 type SchedulesRequest struct {
-	// Action is "" (list), "resume" (close a tripped breaker) or "suspend".
+	// Action is "" (list), "resume" (close a tripped breaker), "suspend",
+	// "trigger" or "backfill".
 	Action   string `json:"action,omitempty"`
 	Agent    string `json:"agent,omitempty"`
 	Schedule string `json:"schedule,omitempty"`
+	// From and To bound a backfill: every slot at or after From and
+	// before To, at most schedule.MaxBackfill; To no later than now.
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
+	// ID is a trigger's idempotency key: a trigger sent twice with one id
+	// fires once. Empty: a new id.
+	ID string `json:"id,omitempty"`
 }
 
 // SchedulesResponse holds the schedules' health: every schedule for a
-// list, the one changed for an action.
+// list, the one changed for an action; and the ticks a trigger or a
+// backfill published, oldest first.
 type SchedulesResponse struct {
 	Schedules []schedule.Health `json:"schedules"`
+	Ticks     []schedule.Fired  `json:"ticks,omitempty"`
 }
 
 // EventsRequest reads recent admission decisions.

@@ -4,21 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
-	"github.com/jetloop/jetloop/streams"
 )
 
 // cronCommands are the client verbs of schedules.
 func cronCommands() []command {
 	return []command{
-		{name: "schedules", summary: "list schedules; 'schedules resume|suspend AGENT/SCHEDULE' closes or opens a breaker", run: runSchedules},
+		{name: "schedules", summary: "list schedules; 'schedules resume|suspend AGENT/SCHEDULE' closes or opens a breaker, 'trigger' fires one now, 'backfill --from --to' fires past slots", run: runSchedules},
 	}
 }
 
@@ -54,68 +55,105 @@ type scheduleRow struct {
 	InstallError        string    `json:"install_error,omitempty"`
 }
 
+const schedulesSynopsis = "[resume|suspend|trigger AGENT/SCHEDULE] [backfill AGENT/SCHEDULE --from T --to T] [flags]"
+
 func runSchedules(ctx context.Context, env *Env, args []string) error {
-	var sf serverFlags
-	var asJSON bool
-	fs := newFlags(env, "schedules", "[resume|suspend AGENT/SCHEDULE] [flags]")
-	sf.register(fs, env)
-	fs.BoolVar(&asJSON, "json", false, "print JSON for machines")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	names, err := streams.NewNames(sf.prefix)
-	if err != nil {
-		return err
-	}
-	rt, closeConn, err := dial(ctx, sf, names, "jetloop schedules", env)
+	var from, to, id string
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "schedules", schedulesSynopsis, args, func(fs *flag.FlagSet) {
+		fs.StringVar(&from, "from", "", "backfill: the first slot's earliest time (RFC 3339) or how long ago (2h)")
+		fs.StringVar(&to, "to", "", "backfill: the end, excluded: a time (RFC 3339) or how long ago (default now)")
+		fs.StringVar(&id, "id", "", "trigger: idempotency key; a trigger sent twice with one key fires once (default: a new one)")
+	})
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	store, err := schedule.NewHealthStore(ctx, rt.JS, names)
-	if err != nil {
-		return err
+	c := api.NewClient(rt.NC, rt.Names)
+	usage := func(why string) error {
+		fmt.Fprintf(env.Stderr, "jetloop schedules: %s\nUsage: jetloop schedules %s\n", why, schedulesSynopsis)
+		return errUsage
 	}
-	switch fs.Arg(0) {
-	case "":
-		return listSchedules(ctx, env, store, asJSON)
-	case "resume", "suspend":
-		if fs.NArg() != 2 {
-			fmt.Fprintf(env.Stderr, "Usage: jetloop schedules %s AGENT/SCHEDULE\n", fs.Arg(0))
-			return errUsage
+	if len(rest) == 0 {
+		if from != "" || to != "" || id != "" {
+			return usage("--from, --to and --id are for backfill and trigger")
 		}
-		agent, sched, ok := strings.Cut(fs.Arg(1), "/")
-		if !ok || agent == "" || sched == "" {
-			return fmt.Errorf("%q: want AGENT/SCHEDULE", fs.Arg(1))
-		}
-		var h schedule.Health
-		if fs.Arg(0) == "resume" {
-			h, err = store.Resume(ctx, agent, sched)
-		} else {
-			h, err = store.Suspend(ctx, agent, sched)
-		}
-		if errors.Is(err, schedule.ErrNotFound) {
-			return fmt.Errorf("no schedule %s/%s (see 'jetloop schedules')", agent, sched)
-		}
+		resp, err := c.Schedules(ctx, api.SchedulesRequest{})
 		if err != nil {
 			return err
 		}
-		if asJSON {
-			return json.NewEncoder(env.Stdout).Encode(row(h, time.Now()))
-		}
-		fmt.Fprintf(env.Stdout, "%s/%s %s\n", agent, sched, h.State)
-		return nil
-	default:
-		fmt.Fprintf(env.Stderr, "jetloop schedules: unknown action %q (want resume or suspend)\n", fs.Arg(0))
-		return errUsage
+		return listSchedules(env, resp.Schedules, cf.json)
 	}
-}
-
-func listSchedules(ctx context.Context, env *Env, store *schedule.HealthStore, asJSON bool) error {
-	hs, err := store.List(ctx)
+	action := rest[0]
+	switch action {
+	case api.ScheduleResume, api.ScheduleSuspend, api.ScheduleTrigger, api.ScheduleBackfill:
+	default:
+		return usage(fmt.Sprintf("unknown action %q (want resume, suspend, trigger or backfill)", action))
+	}
+	if len(rest) != 2 {
+		return usage(action + " takes AGENT/SCHEDULE")
+	}
+	agent, sched, ok := strings.Cut(rest[1], "/")
+	if !ok || agent == "" || sched == "" {
+		return fmt.Errorf("%q: want AGENT/SCHEDULE", rest[1])
+	}
+	req := api.SchedulesRequest{Action: action, Agent: agent, Schedule: sched, ID: id}
+	now := time.Now()
+	switch {
+	case action == api.ScheduleBackfill:
+		if from == "" {
+			return usage("backfill needs --from")
+		}
+		if req.From, err = parseSince(from, now); err != nil {
+			return err
+		}
+		req.To = now
+		if to != "" {
+			if req.To, err = parseSince(to, now); err != nil {
+				return err
+			}
+		}
+	case from != "" || to != "":
+		return usage("--from and --to are for backfill")
+	case id != "" && action != api.ScheduleTrigger:
+		return usage("--id is for trigger")
+	}
+	resp, err := c.Schedules(ctx, req)
+	if errors.Is(err, api.ErrNotFound) && (action == api.ScheduleResume || action == api.ScheduleSuspend) {
+		return missing("no schedule %s/%s (see 'jetloop schedules')", agent, sched)
+	}
 	if err != nil {
 		return err
 	}
+	if action == api.ScheduleTrigger || action == api.ScheduleBackfill {
+		if cf.json {
+			return writeJSON(env, resp.Ticks)
+		}
+		fired := 0
+		for _, t := range resp.Ticks {
+			switch {
+			case t.Skipped != "":
+				fmt.Fprintf(env.Stdout, "%s/%s %s: skipped, %s\n", agent, sched, t.Slot.Format(time.RFC3339), t.Skipped)
+			case t.Duplicate:
+				fmt.Fprintf(env.Stdout, "%s/%s %s: fired before (seq %d)\n", agent, sched, t.Slot.Format(time.RFC3339), t.Seq)
+			default:
+				fired++
+				fmt.Fprintf(env.Stdout, "%s/%s %s: fired to %s/%s (seq %d, tick %s)\n", agent, sched, t.Slot.Format(time.RFC3339), agent, t.Session, t.Seq, t.ID)
+			}
+		}
+		if action == api.ScheduleBackfill {
+			fmt.Fprintf(env.Stdout, "%d of %d slots fired\n", fired, len(resp.Ticks))
+		}
+		return nil
+	}
+	h := resp.Schedules[0]
+	if cf.json {
+		return json.NewEncoder(env.Stdout).Encode(row(h, now))
+	}
+	fmt.Fprintf(env.Stdout, "%s/%s %s\n", agent, sched, h.State)
+	return nil
+}
+
+func listSchedules(env *Env, hs []schedule.Health, asJSON bool) error {
 	now := time.Now()
 	rows := make([]scheduleRow, 0, len(hs))
 	for _, h := range hs {

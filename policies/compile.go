@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jetloop/jetloop/schedule/pattern"
@@ -427,6 +428,24 @@ func compile(d Definition, c *checker) *Compiled {
 		}
 		if s.MaxFailures < 0 {
 			c.addf(f+".max_failures", "must not be negative")
+		}
+		switch {
+		case s.CatchupWindow < 0:
+			c.addf(f+".catchup_window", "must not be negative")
+		case s.CatchupWindow > 0 && s.CatchupWindow.D() < time.Second:
+			c.addf(f+".catchup_window", "%s: want at least 1s (slots fire on whole seconds)", s.CatchupWindow.D())
+		}
+		switch {
+		case s.Jitter < 0:
+			c.addf(f+".jitter", "must not be negative")
+		case s.Jitter > 0 && s.Jitter.D() < time.Second:
+			c.addf(f+".jitter", "%s: want at least 1s (a delayed tick fires on a whole second)", s.Jitter.D())
+		case s.Jitter > 0:
+			if p, err := pattern.Parse(s.Cron, s.TimeZone, d.Name+"/"+s.Name); err == nil {
+				if every := p.Every(); every > 0 && s.Jitter.D() >= every {
+					c.addf(f+".jitter", "%s: want less than the interval of %s, or ticks overtake each other", s.Jitter.D(), p.Expr)
+				}
+			}
 		}
 	}
 	for i, a := range d.Approvals {

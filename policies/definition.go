@@ -215,6 +215,13 @@ type Schedule struct {
 	Timeout     Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
 	MaxFailures int      `yaml:"max_failures,omitempty" json:"max_failures,omitempty"`
 	Prompt      string   `yaml:"prompt,omitempty" json:"prompt,omitempty"`
+	// CatchupWindow bounds how late a tick may run: a slot missed (during
+	// downtime) by more than this is skipped rather than run late. Zero:
+	// a missed slot runs however late, once.
+	CatchupWindow Duration `yaml:"catchup_window,omitempty" json:"catchup_window,omitzero"`
+	// Jitter delays each tick by a random amount below it, stable per
+	// slot, so schedules of many agents do not fire at the same instant.
+	Jitter Duration `yaml:"jitter,omitempty" json:"jitter,omitzero"`
 }
 
 // Approval gates tool calls behind a human decision.

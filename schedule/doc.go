@@ -21,6 +21,12 @@
 // install is refused there. A schedule whose stored pattern still does
 // not resolve keeps the schedule message it has.
 //
-// The overlap policy and the per-tick timeout are applied by the worker,
-// which runs the tick's session; this package only defines them.
+// Ticks can also be published by hand: TriggerTick fires one now,
+// BackfillTicks one per slot of a range with the ids the server's ticks of
+// those slots have (the worker remembers consumed tick ids under
+// DedupeSource in jl_dedupe, so a slot runs once); Publish sends them.
+//
+// The overlap policy, the per-tick timeout, the catch-up window and the
+// jitter are applied by the worker, which runs the tick's session; this
+// package only defines them (and JitterDelay, the stable delay of a tick).
 package schedule

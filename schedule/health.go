@@ -24,6 +24,9 @@ const (
 	ResultFailed  = "failed"
 	ResultTimeout = "timeout"
 	ResultSkipped = "skipped"
+	// ResultSuperseded: a newer tick of a cancel_previous schedule ended
+	// the run, as the policy asks; not a failure.
+	ResultSuperseded = "superseded"
 )
 
 // ErrNotFound reports a schedule jl_schedules has no record of.

@@ -60,6 +60,11 @@ const (
 	// server lets no client publish its own schedule headers.
 	HeaderRoutedScheduler = "Jl-Scheduler"
 	HeaderRoutedNext      = "Jl-Schedule-Next"
+	// HeaderAt and HeaderTarget make a message a delayed one: the server
+	// fires it once, at the time of "@at <RFC 3339>", on the target
+	// subject (which must be in the same stream).
+	HeaderAt     = hdrSchedule
+	HeaderTarget = hdrScheduleTarget
 	// hdrSpec is the hash of everything the reconciler put in a schedule
 	// message, so an unchanged schedule is left alone.
 	hdrSpec = "Jl-Schedule-Spec"
@@ -79,6 +84,12 @@ type Spec struct {
 	Timeout     policies.Duration `json:"timeout,omitzero"`
 	MaxFailures int               `json:"max_failures"`
 	Prompt      string            `json:"prompt,omitempty"`
+	// CatchupWindow: a tick whose slot is older than this when it comes
+	// to run is skipped (zero: none is).
+	CatchupWindow policies.Duration `json:"catchup_window,omitzero"`
+	// Jitter: each tick the server fires is delayed by a stable random
+	// amount below it before it runs.
+	Jitter policies.Duration `json:"jitter,omitzero"`
 	// Session is the persistent session's name, or the stem of the
 	// ephemeral sessions' names.
 	Session string `json:"session"`
@@ -100,6 +111,7 @@ func Resolve(agent string, s policies.Schedule) (Spec, error) {
 		Pattern: s.Cron, Expr: p.Expr, TimeZone: s.TimeZone,
 		Mode: s.Session, Overlap: s.Overlap, Timeout: s.Timeout,
 		MaxFailures: s.MaxFailures, Prompt: s.Prompt,
+		CatchupWindow: s.CatchupWindow, Jitter: s.Jitter,
 		Session: s.Name, pattern: p,
 	}
 	if spec.Mode == "" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -37,7 +38,39 @@ type Tick struct {
 	Event event.Event
 	// Scheduler and NextHeader are the tick's headers as fired.
 	Scheduler, NextHeader string
+	// Kind is how it came: KindFired by the server's schedule, KindTrigger
+	// (`jetloop schedules trigger`) or KindBackfill.
+	Kind string
+	// Jittered marks a tick that has waited out its schedule's jitter.
+	Jittered bool
 }
+
+// Kinds of ticks.
+const (
+	// KindFired: the server's schedule fired it.
+	KindFired = "fired"
+	// KindTrigger: fired by hand, now; it runs whatever the overlap
+	// policy, the catch-up window or the jitter say.
+	KindTrigger = "trigger"
+	// KindBackfill: one slot of a backfill; its id is the id the server's
+	// tick of that slot has, so a slot runs once.
+	KindBackfill = "backfill"
+)
+
+// Headers of ticks published by jetloop rather than fired by the server.
+const (
+	// HeaderKind is the Kind of a tick published by hand (absent: fired).
+	HeaderKind = "Jl-Tick-Kind"
+	// HeaderSlot is the slot of a triggered tick, which no next slot
+	// names.
+	HeaderSlot = "Jl-Tick-Slot"
+	// HeaderJittered marks a tick delayed by its schedule's jitter.
+	HeaderJittered = "Jl-Tick-Jittered"
+)
+
+// Manual reports whether the tick was published by hand (a trigger or a
+// backfill) rather than fired by the server's schedule.
+func (t Tick) Manual() bool { return t.Kind == KindTrigger || t.Kind == KindBackfill }
 
 // IsTick reports whether m was fired by a schedule (or routed from one).
 // A message a delayed (@at) schedule message fired, such as a debounced
@@ -56,10 +89,12 @@ func tickHeaders(m *nats.Msg) (scheduler, next string) {
 	if m.Header == nil {
 		return "", ""
 	}
-	if s := m.Header.Get(HeaderScheduler); s != "" {
-		return s, m.Header.Get(HeaderNext)
+	// A routed copy (an ephemeral session's tick, a jittered tick fired
+	// again by an @at message of its own) names the tick it carries.
+	if s := m.Header.Get(HeaderRoutedScheduler); s != "" {
+		return s, m.Header.Get(HeaderRoutedNext)
 	}
-	return m.Header.Get(HeaderRoutedScheduler), m.Header.Get(HeaderRoutedNext)
+	return m.Header.Get(HeaderScheduler), m.Header.Get(HeaderNext)
 }
 
 // Route returns the headers that make a copy of tick t's message, published
@@ -89,10 +124,25 @@ func ParseTick(m *nats.Msg) (Tick, error) {
 	if p, err := ParsePattern(spec.Expr, spec.TimeZone, ""); err == nil {
 		spec.pattern = p
 	}
-	t := Tick{Spec: spec, ID: TickID(scheduler, nextHdr), Session: spec.Session, Scheduler: scheduler, NextHeader: nextHdr}
+	t := Tick{Spec: spec, ID: TickID(scheduler, nextHdr), Session: spec.Session, Scheduler: scheduler, NextHeader: nextHdr,
+		Kind: KindFired, Jittered: m.Header.Get(HeaderJittered) != ""}
+	switch k := m.Header.Get(HeaderKind); k {
+	case "", KindFired:
+	case KindTrigger, KindBackfill:
+		t.Kind = k
+	default:
+		return Tick{}, fmt.Errorf("schedule: tick from %s: unknown %s %q", scheduler, HeaderKind, k)
+	}
 	if next, err := time.Parse(time.RFC3339Nano, nextHdr); err == nil {
 		t.Next = next.UTC()
 		t.Slot = spec.pattern.Slot(t.Next)
+	}
+	if v := m.Header.Get(HeaderSlot); v != "" {
+		slot, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return Tick{}, fmt.Errorf("schedule: tick from %s: %s %q: %w", scheduler, HeaderSlot, v, err)
+		}
+		t.Slot = slot.UTC()
 	}
 	if spec.Mode == Ephemeral {
 		t.Session = EphemeralSession(spec.Schedule, t.Slot, t.ID)
@@ -121,4 +171,17 @@ func EphemeralSession(schedule string, slot time.Time, id string) string {
 		return schedule + "-" + id
 	}
 	return schedule + "-" + slot.UTC().Format("20060102T150405Z")
+}
+
+// JitterDelay is the delay below jitter of the tick with id: stable, so a
+// tick handled twice is delayed to the same moment, and in whole seconds,
+// as a delayed (@at) message fires.
+func JitterDelay(id string, jitter time.Duration) time.Duration {
+	n := uint64(jitter / time.Second)
+	if n == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return time.Duration(h.Sum64()%n) * time.Second
 }

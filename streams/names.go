@@ -207,6 +207,20 @@ func (n Names) ThrottleKey(agent, trigger, key string) (string, error) {
 	return "throttle" + strings.TrimPrefix(k, "rate"), nil
 }
 
+// Timer is the subject of a delayed (@at) message for session r, named
+// name (a tick's jitter, a wait's timeout): jl.timer.<agent>.<session>.<name>.
+// The server fires it once on the session's input subject.
+func (n Names) Timer(r SessionRef, name string) (string, error) {
+	t, err := events.EncodeToken(name)
+	if err != nil {
+		return "", fmt.Errorf("streams: timer name: %w", err)
+	}
+	return n.p() + ".timer." + r.Key() + "." + t, nil
+}
+
+// TimerAll matches every timer subject.
+func (n Names) TimerAll() string { return n.p() + ".timer.>" }
+
 // DebounceAll matches every subject of Debounce and DebounceKey.
 func (n Names) DebounceAll() string { return n.p() + ".debounce.>" }
 

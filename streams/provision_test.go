@@ -71,7 +71,7 @@ func TestProvisionDeclaresDesignLayout(t *testing.T) {
 	if !in.AllowMsgSchedules || !in.AllowMsgTTL || !in.AllowRollup || in.Duplicates != 2*time.Minute || in.MaxAge != 0 {
 		t.Errorf("JL_IN: schedules=%v ttl=%v rollup=%v dupes=%v maxage=%v", in.AllowMsgSchedules, in.AllowMsgTTL, in.AllowRollup, in.Duplicates, in.MaxAge)
 	}
-	if got := strings.Join(in.Subjects, " "); got != "jl.in.> jl.sched.> jl.debounce.> jl.throttle.>" {
+	if got := strings.Join(in.Subjects, " "); got != "jl.in.> jl.sched.> jl.debounce.> jl.throttle.> jl.timer.>" {
 		t.Errorf("JL_IN subjects = %q", got)
 	}
 	if !cfg["KV_jl_sessions"].AllowAtomicPublish {

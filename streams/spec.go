@@ -110,8 +110,8 @@ func Layout(opts Options) []Resource {
 			Purpose: "admitted events and ticks per agent and session; schedule messages; pending debounced and throttled events",
 			Stream: jetstream.StreamConfig{
 				Name:        n.StreamIn(),
-				Description: "jetloop: admitted events, ticks, schedules, debounced and throttled events",
-				Subjects:    []string{n.InAll(), n.SchedAll(), n.DebounceAll(), n.ThrottleAll()},
+				Description: "jetloop: admitted events, ticks, schedules, debounced and throttled events, timers",
+				Subjects:    []string{n.InAll(), n.SchedAll(), n.DebounceAll(), n.ThrottleAll(), n.TimerAll()},
 				Retention:   jetstream.LimitsPolicy,
 				Storage:     st,
 				Replicas:    r,

@@ -330,6 +330,10 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		if !next.RunStarted.IsZero() && next.Since.Before(now) {
 			next.RunStarted = next.RunStarted.Add(now.Sub(next.Since))
 		}
+		if t := next.Tick; t != nil && !t.Deadline.IsZero() && t.Result == "" && next.Since.Before(now) {
+			// Nor against its tick's timeout.
+			t.Deadline = t.Deadline.Add(now.Sub(next.Since))
+		}
 		next.SetStatus(record.StatusWorking, "", now)
 	}
 	outcome := "applied"

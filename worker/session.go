@@ -64,6 +64,12 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 				rev, err = w.store.Create(ctx, r.ref, st)
 			}
 		case err == nil:
+			if t := st.Tick; t != nil && st.Status == record.StatusWorking && t.Result == "" && !t.Deadline.IsZero() && st.Updated.Before(now) {
+				// The run was interrupted (its worker died or stopped):
+				// the time nobody ran it does not count against its
+				// tick's timeout.
+				t.Deadline = t.Deadline.Add(now.Sub(st.Updated))
+			}
 			st.Owner, st.Epoch, st.Updated = w.cfg.ID, st.Epoch+1, now
 			rev, err = w.store.Update(ctx, r.ref, st, rev)
 		}
@@ -184,9 +190,12 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 	if err != nil {
 		return err
 	}
-	prev, prevSummary := s.st.Status, s.st.Summary
+	prev, prevSummary, prevTick := s.st.Status, s.st.Summary, s.st.LastTickID
 	s.st, s.rev = next, rev
 	s.fresh = 0
+	if next.LastTickID != prevTick && next.LastTickID != "" {
+		s.w.rememberTick(ctx, next.LastTickID)
+	}
 	s.r.observe(next)
 	s.live = append(s.live, entries...)
 	if next.Summary != prevSummary {

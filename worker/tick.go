@@ -48,6 +48,28 @@ func (s *session) tickInput(ctx context.Context, in *input, next *record.State) 
 		log.Info("tick fired twice (a leader change); processed once")
 		return ev, true, nil
 	}
+	if seen, err := s.w.tickSeen(ctx, t.ID); err != nil {
+		return ev, false, err
+	} else if seen {
+		// A backfill of a slot that ran, or a tick redelivered after the
+		// one that followed it.
+		log.Info("tick processed before; not again", "kind", t.Kind)
+		return ev, true, nil
+	}
+	if !t.Manual() && !t.Jittered {
+		if w := t.Spec.CatchupWindow.D(); w > 0 && !t.Slot.IsZero() {
+			if late := time.Since(t.Slot); late > w {
+				why := fmt.Sprintf("slot %s missed by %s, more than catchup_window %s", t.Slot.Format(time.RFC3339), late.Round(time.Second), w)
+				next.LastTickID = t.ID
+				log.Info("missed tick skipped", "why", why)
+				s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultSkipped, errors.New(why))
+				return ev, true, nil
+			}
+		}
+		if deferred, err := s.jitter(ctx, in, t); err != nil || deferred {
+			return ev, deferred, err
+		}
+	}
 	next.LastTickID = t.ID
 	if t.Spec.Mode == schedule.Ephemeral {
 		// A session of its own for this tick (retention: sessions
@@ -80,7 +102,15 @@ func (s *session) tickInput(ctx context.Context, in *input, next *record.State) 
 // skip drops such a tick; queue_one keeps only the latest of the ticks
 // that queued up; cancel_previous lets the latest run (and the newer tick
 // has already ended the previous run: see supersededRun).
+//
+// A tick published by hand (a trigger, a backfill's slots) is exempt: it
+// was asked for, and waits its turn. A tick behind which a later tick of
+// its schedule is queued is a slot missed while nothing ran it (the
+// worker was down): only the latest of them runs, whatever the policy.
 func (s *session) overlap(ctx context.Context, in *input, t schedule.Tick) (bool, string) {
+	if t.Manual() {
+		return false, ""
+	}
 	firedDuringRun := !s.st.RunStarted.IsZero() && in.time.After(s.st.RunStarted) &&
 		(s.st.RunEnded.Before(s.st.RunStarted) || in.time.Before(s.st.RunEnded))
 	switch t.Spec.Overlap {
@@ -90,6 +120,9 @@ func (s *session) overlap(ctx context.Context, in *input, t schedule.Tick) (bool
 		}
 		if firedDuringRun {
 			return true, "fired while the previous run was still going"
+		}
+		if later, ok := s.laterTick(ctx, in.seq, t.Spec.Schedule); ok {
+			return true, fmt.Sprintf("a missed slot: a later tick (seq %d) is queued", later)
 		}
 	case schedule.OverlapQueueOne, schedule.OverlapCancelPrevious:
 		if later, ok := s.laterTick(ctx, in.seq, t.Spec.Schedule); ok {
@@ -115,7 +148,8 @@ func (r *runner) laterTick(ctx context.Context, seq uint64, sched string) (uint6
 			return 0, false
 		}
 		if schedule.IsTick(&nats.Msg{Header: m.Header}) {
-			if t, err := schedule.ParseTick(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err == nil && t.Spec.Schedule == sched {
+			// Ticks asked for by hand replace nothing.
+			if t, err := schedule.ParseTick(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}); err == nil && t.Spec.Schedule == sched && !t.Manual() {
 				return m.Sequence, true
 			}
 		}
@@ -173,16 +207,18 @@ func (s *session) supersededRun(ctx context.Context) bool {
 	return ok
 }
 
-// endSuperseded ends a run a newer tick replaces as failed, settling the
-// step it aborted and the calls left open. The session is not final: the
-// newer tick starts the next run.
+// endSuperseded ends a run a newer tick replaces, settling the step it
+// aborted and the calls left open. It is what cancel_previous asks for,
+// not a failure: the session rests idle (the newer tick starts the next
+// run) and the tick's result is superseded, which the breaker does not
+// count.
 func (s *session) endSuperseded(ctx context.Context) error {
 	next := s.st.Clone()
 	e := s.entry(&next, record.KindSystem)
 	e.Text = fmt.Sprintf("%s: tick %s of schedule %s replaced this run", supersededText, next.Tick.ID, next.Tick.Schedule)
 	entries := append([]record.Entry{e}, s.settleOpen(&next, supersededText)...)
 	next.Tick.Superseded = true
-	next.SetStatus(record.StatusFailed, supersededText, time.Now().UTC())
+	next.SetStatus(record.StatusIdle, supersededText, time.Now().UTC())
 	s.log.Info("run cancelled by a newer tick", "schedule", next.Tick.Schedule, "tick", next.Tick.ID)
 	return s.commit(ctx, entries, next)
 }
@@ -201,6 +237,13 @@ func (w *Worker) forwardTick(ctx context.Context, t schedule.Tick) error {
 	}
 	// The session reads it as the same tick.
 	schedule.Route(m.Header, t.Scheduler, t.NextHeader)
+	if t.Manual() {
+		m.Header.Set(schedule.HeaderKind, t.Kind)
+		m.Header.Set(schedule.HeaderSlot, t.Slot.Format(time.RFC3339Nano))
+	}
+	if t.Jittered {
+		m.Header.Set(schedule.HeaderJittered, "1")
+	}
 	m.Header.Set(nats.MsgIdHdr, t.ID)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -225,6 +268,8 @@ func (s *session) recordTickResult(ctx context.Context) error {
 	result := schedule.ResultOK
 	var terr error
 	switch {
+	case t.Superseded:
+		result, terr = schedule.ResultSuperseded, errors.New(supersededText)
 	case t.TimedOut:
 		result, terr = schedule.ResultTimeout, errors.New(s.st.Reason)
 	case s.st.Status == record.StatusDone || s.st.Status == record.StatusIdle:

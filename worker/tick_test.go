@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -207,12 +212,13 @@ func TestTickTimeoutFailsTheRunNotTheSession(t *testing.T) {
 
 // TestCancelPreviousEndsTheRunningRun runs a schedule whose runs outlast
 // their slot with overlap cancel_previous: each newer tick cancels the
-// running run (failed, "cancelled by a newer tick", its model call
-// aborted) and starts its own; the session never becomes final.
+// running run ("cancelled by a newer tick", its model call aborted) and
+// starts its own; the session never becomes final, and a superseded run
+// is not a failure: with max_failures 2 the breaker never trips.
 func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
 	e := setup(t)
 	slow := policies.ScriptEntry{Text: "slow", Delay: policies.Duration(time.Minute)}
-	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Overlap: schedule.OverlapCancelPrevious, MaxFailures: 100}, slow))
+	r := runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 1s", Overlap: schedule.OverlapCancelPrevious, MaxFailures: 2}, slow))
 	ref := e.ref(t, "mon", "drift")
 	var tr record.Transcript
 	natstest.WaitFor(t, 60*time.Second, func() error {
@@ -238,12 +244,12 @@ func TestCancelPreviousEndsTheRunningRun(t *testing.T) {
 		t.Fatalf("aborted model calls counted: %+v", tr.Budget.Usage)
 	}
 	h := waitHealth(t, r, func(h schedule.Health) error {
-		if h.LastResult != schedule.ResultFailed || !strings.Contains(h.LastError, "cancelled by a newer tick") {
+		if h.LastResult != schedule.ResultSuperseded || !strings.Contains(h.LastError, "cancelled by a newer tick") {
 			return fmt.Errorf("last result %q (%s)", h.LastResult, h.LastError)
 		}
 		return nil
 	})
-	if h.State != schedule.StateActive {
+	if h.State != schedule.StateActive || h.ConsecutiveFailures != 0 {
 		t.Fatalf("health %+v", h)
 	}
 }
@@ -410,5 +416,102 @@ func TestTimeoutDuringToolCall(t *testing.T) {
 				t.Errorf("the next call's result %q, want %q…", r.Result, tc.notRunPfx)
 			}
 		})
+	}
+}
+
+// TestJitterDelaysTicks runs an @every 4s schedule with a jitter of 3s:
+// each tick the server fires runs once, no sooner than its slot plus its
+// stable delay (a delayed message on the session's timer subject fires
+// it), and nothing is held while it waits.
+func TestJitterDelaysTicks(t *testing.T) {
+	e := setup(t)
+	runSchedule(t, e, monitorDef(policies.Schedule{Name: "drift", Cron: "@every 4s", Jitter: policies.Duration(3 * time.Second)},
+		policies.ScriptEntry{Text: "checked"}))
+	ref := e.ref(t, "mon", "drift")
+	var tr record.Transcript
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		var err error
+		if tr, err = record.Show(context.Background(), e.js, e.names, ref); err != nil {
+			return err
+		}
+		if n := ticksIn(tr); n < 3 {
+			return fmt.Errorf("%d ticks so far", n)
+		}
+		return nil
+	})
+	// Where each tick was fired, and where it ran from.
+	in, err := e.js.Stream(context.Background(), e.names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := map[string]time.Time{}
+	ran := map[uint64]bool{}
+	for seq := uint64(1); ; seq++ {
+		m, err := in.GetMsg(context.Background(), seq, jetstream.WithGetMsgSubject(e.names.In(ref)))
+		if err != nil {
+			break
+		}
+		seq = m.Sequence
+		tk, err := schedule.ParseTick(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tk.Jittered {
+			fired[tk.ID] = m.Time
+		}
+		ran[seq] = tk.Jittered
+	}
+	seen := map[string]bool{}
+	delayed := 0
+	for _, en := range tr.Transcript {
+		if en.Kind != record.KindEvent || en.Name != "dev.jetloop.tick" {
+			continue
+		}
+		id := en.Event.ID
+		if seen[id] {
+			t.Fatalf("tick %s ran twice", id)
+		}
+		seen[id] = true
+		d := schedule.JitterDelay(id, 3*time.Second)
+		if d > 0 {
+			delayed++
+			if !ran[en.Event.Seq] {
+				t.Errorf("tick %s (delay %s) ran from the server's message, not its delayed copy", id, d)
+			}
+		}
+		if got := en.Time.Sub(fired[id]); got < d-time.Second || got > d+2*time.Second {
+			t.Errorf("tick %s ran %s after it fired, want about %s", id, got, d)
+		}
+	}
+	t.Logf("%d of %d ticks delayed", delayed, len(seen))
+}
+
+// TestTickTimeoutDoesNotCountWaiting runs a tick whose run blocks on an
+// approval for longer than the tick's timeout: the time it waited does
+// not count, so once approved the run finishes and the tick's result is
+// ok, not timeout.
+func TestTickTimeoutDoesNotCountWaiting(t *testing.T) {
+	e := setup(t)
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	sched := policies.Schedule{Name: "drift", Cron: "@every 1h", Timeout: policies.Duration(time.Second)}
+	def := monitorDef(sched, callLedger("Writing."), policies.ScriptEntry{Text: "Written."})
+	def.Tools = []string{"ledger"}
+	def.Approvals = []policies.Approval{{Name: "ledger", When: `tool.name == "ledger"`}}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "drift")
+	fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
+	// Waiting past the timeout is what is tested: time has to pass.
+	time.Sleep(1500 * time.Millisecond)
+	publish(t, e, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor})
+	tr = e.waitStatus(t, ref, record.StatusDone)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.Tick == nil || st.Tick.Result != schedule.ResultOK || st.Tick.TimedOut {
+			return fmt.Errorf("tick %+v", st.Tick)
+		}
+		return nil
+	})
+	if got := led.lines(t); len(got) != 1 {
+		t.Fatalf("ledger %v", got)
 	}
 }

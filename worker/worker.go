@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
@@ -41,6 +42,8 @@ type Worker struct {
 	ctl      jetstream.Stream
 	// schedules records tick results and holds the breakers.
 	schedules *schedule.HealthStore
+	// ticks remembers the ticks consumed (jl_dedupe).
+	ticks *dedupe.Store
 
 	mu      sync.Mutex
 	runners map[string]*runner // by session key
@@ -126,6 +129,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	}
 	if w.schedules, err = schedule.NewHealthStore(ctx, js, cfg.Names); err != nil {
 		return nil, err
+	}
+	if w.ticks, err = dedupe.New(ctx, js, dedupe.Config{Names: cfg.Names}); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return w, nil
 }

@@ -111,6 +111,9 @@ func offsetSeconds(key string) string {
 	return fmt.Sprint(h.Sum32() % 60)
 }
 
+// Every is the interval of an @every pattern, zero for a cron pattern.
+func (p Pattern) Every() time.Duration { return p.every }
+
 // Next is the first slot after t.
 func (p Pattern) Next(t time.Time) time.Time {
 	if p.every > 0 {
