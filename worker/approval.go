@@ -50,9 +50,19 @@ func (s *session) blockForApproval(ctx context.Context, call record.CallRef, gat
 	}
 	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
 	next.WaitingFor, next.BlockedCall, next.Approval = call.ID, call.ID, gate
+	// A run from a chat thread shows the call there, with Approve and
+	// Deny buttons.
+	text, blocks := approvalBlocks(s.r.ref.Agent, s.r.ref.Session, call, e.Args, gate)
+	post := s.withPost(&next, postApproval, text, blocks)
 	s.w.m.approvals.Inc()
 	s.log.Info("tool call waits for approval", "tool", call.Name, "call", call.ID, "gate", gate, "err", evalErr)
-	return s.commit(ctx, []record.Entry{e}, next)
+	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
+		return err
+	}
+	if post != nil {
+		s.merged(post.Step)
+	}
+	return nil
 }
 
 // compiled returns the compiled rules of an agent's definition version,

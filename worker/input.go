@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -14,6 +15,7 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/projection"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/window"
@@ -60,6 +62,24 @@ func (s *session) input(ctx context.Context, in *input) error {
 			return s.commit(ctx, nil, next)
 		}
 		ev = tev
+	}
+	if call, ok := s.threadAnswer(ev); ok {
+		e := s.eventEntry(&next, in, ev)
+		// A reply in the chat thread where ask_human asked is the answer.
+		_ = s.ensure(ctx)
+		e.Text = s.eventText(ctx, ev, in.seq, e.Event.Count)
+		r := s.entry(&next, record.KindToolResult)
+		r.Name, r.CallID, r.Result = call.Name, call.ID, cut(strings.TrimSpace(projection.DataText(ev.DataContentType(), ev.Data())), record.MaxEntryBytes)
+		next.Calls = removeCall(next.Calls, call.ID)
+		next.Steps++
+		now := time.Now().UTC()
+		if !next.RunStarted.IsZero() && next.Since.Before(now) {
+			// The wait is not the run's: the deadline counts without it.
+			next.RunStarted = next.RunStarted.Add(now.Sub(next.Since))
+		}
+		next.SetStatus(record.StatusWorking, "", now)
+		s.log.Info("chat thread reply answers the question", "call", call.ID, "seq", in.seq)
+		return s.commit(ctx, []record.Entry{e, r}, next)
 	}
 	if busy, err := s.busyInput(ctx, in, ev); busy || err != nil {
 		return err
@@ -293,4 +313,19 @@ func extInt(v any) int {
 		return n
 	}
 	return 0
+}
+
+// threadAnswer returns the ask_human call a request answers: one from
+// the chat thread of the run, while the session is blocked on a question
+// (not on an approval) asked there.
+func (s *session) threadAnswer(ev event.Event) (record.CallRef, bool) {
+	st := s.st
+	if ev.Type() != events.TypeRequest || st.Status != record.StatusBlocked || st.Approval != "" || st.Thread == nil || st.Thread.SlackChannel == "" {
+		return record.CallRef{}, false
+	}
+	th := events.ThreadOf(ev)
+	if th == nil || th.SlackChannel != st.Thread.SlackChannel || th.SlackTS != st.Thread.SlackTS {
+		return record.CallRef{}, false
+	}
+	return outstanding(st, st.BlockedCall)
 }

@@ -66,7 +66,7 @@ func (s *session) recover(ctx context.Context) error {
 		case record.Probe:
 			return s.replyStep(ctx, p, true)
 		}
-		return s.settleReply(ctx, p, "answer post interrupted"+mayHaveRun)
+		return s.settleReply(ctx, p, what(p)+" post interrupted"+mayHaveRun)
 	}
 	switch act {
 	case record.Adopt:

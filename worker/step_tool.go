@@ -330,8 +330,17 @@ func (s *session) block(ctx context.Context, call record.CallRef, step uint64, q
 	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
 	next.WaitingFor = cut(question, 4096)
 	next.BlockedCall = call.ID
+	// A run from a chat thread asks there; the thread's next reply is the
+	// answer.
+	post := s.withPost(&next, postQuestion, question, nil)
 	s.log.Info("session blocked", "call", call.ID, "tool", call.Name)
-	return s.commit(ctx, []record.Entry{e}, next)
+	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
+		return err
+	}
+	if post != nil {
+		s.merged(post.Step)
+	}
+	return nil
 }
 
 // lookup finds a tool the definition allows: one of its tools, or an MCP

@@ -133,8 +133,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Receiver, er
 	return &Receiver{cfg: cfg, js: js, kv: kv, seen: seen, names: cfg.Names, log: cfg.Log}, nil
 }
 
-// Mount registers the receiver on mux at POST /chat/slack.
-func (r *Receiver) Mount(mux *http.ServeMux) { mux.Handle("POST /chat/slack", r) }
+// Mount registers the receiver on mux at POST /chat/slack and POST
+// /chat/slack/interactions.
+func (r *Receiver) Mount(mux *http.ServeMux) {
+	mux.Handle("POST /chat/slack", r)
+	mux.HandleFunc("POST /chat/slack/interactions", r.ServeInteraction)
+}
 
 // httpError is an answer with a status.
 type httpError struct {
