@@ -591,6 +591,10 @@ func TestHTTP(t *testing.T) {
 		if a["seq"] != b["seq"] {
 			t.Errorf("seq %v then %v", a["seq"], b["seq"])
 		}
+		code, c := do(t, srv.URL, http.MethodPost, ctl, "t0ken", "k-7", `{"verb":"interrupt"}`)
+		if msg, _ := c["message"].(string); code != http.StatusConflict || !strings.Contains(msg, "Idempotency-Key") {
+			t.Errorf("the key reused for another verb: %d %v, want 409", code, c)
+		}
 	})
 	t.Run("sessions", func(t *testing.T) {
 		h.putSession(t, stateAt("demo", "s1", record.StatusPaused), nil)
@@ -663,5 +667,75 @@ func TestApplyRecordsMCPCatalogs(t *testing.T) {
 	cat := agents.Agents[0].Definition.MCPServers[0].Catalog
 	if len(cat) != 1 || cat[0].Name != "echo" || cat[0].Description != mcptest.DefaultEchoDescription || !strings.Contains(string(cat[0].Schema), `"text"`) {
 		t.Fatalf("recorded catalog %+v", cat)
+	}
+}
+
+// outlastWindow shrinks JL_CTL's duplicate window and waits until a
+// message published now is outside it: a second publish of its id is
+// stored again.
+func (h *harness) outlastWindow(t *testing.T) {
+	t.Helper()
+	st, err := h.js.Stream(ctx(t), h.names.StreamCtl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Duplicates = 100 * time.Millisecond
+	if _, err := h.js.UpdateStream(ctx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	probe := &nats.Msg{Subject: h.names.Ctl(ref(t, "probe", "window")), Header: nats.Header{"Nats-Msg-Id": []string{"window-probe"}}}
+	if _, err := h.js.PublishMsg(ctx(t), probe); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		ack, err := h.js.PublishMsg(ctx(t), probe)
+		if err != nil {
+			return err
+		}
+		if ack.Duplicate {
+			return errors.New("still inside the duplicate window")
+		}
+		return nil
+	})
+}
+
+// A control request's id (the HTTP Idempotency-Key) holds as long as
+// events are deduplicated, not only inside JL_CTL's window: a retry gets
+// the first answer and publishes nothing, and the id used again for
+// another request is refused with 409, never 202.
+func TestControlIdempotentBeyondTheWindow(t *testing.T) {
+	h := start(t, api.Config{})
+	h.applyDemo(t)
+	h.putSession(t, session("main", record.StatusWorking, 1, "", ""), nil)
+	req := api.ControlRequest{Agent: "demo", Session: "main", Text: "focus on the tests", ID: "chat-7"}
+	first, err := h.client.Control(ctx(t), control.Steer, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.outlastWindow(t)
+	last := h.ctlLast(t)
+	again, err := h.client.Control(ctx(t), control.Steer, req)
+	if err != nil || again.Seq != first.Seq || !again.Duplicate {
+		t.Fatalf("retry after the window: %+v, %v; want seq %d, duplicate", again, err, first.Seq)
+	}
+	if h.ctlLast(t) != last {
+		t.Fatal("a retry after the window was published again")
+	}
+	other := req
+	other.Text = "ignore the tests"
+	if _, err := h.client.Control(ctx(t), control.Steer, other); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "different control request") {
+		t.Fatalf("the id reused for another text: %v, want 409", err)
+	}
+	if _, err := h.client.Control(ctx(t), control.Cancel, api.ControlRequest{Agent: "demo", Session: "main", ID: "chat-7"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("the id reused for another verb: %v, want 409", err)
+	}
+	if h.ctlLast(t) != last {
+		t.Fatal("a refused request was published")
+	}
+	// The id is the session's and the sender's: another session may use it.
+	h.putSession(t, session("other", record.StatusWorking, 1, "", ""), nil)
+	if r, err := h.client.Control(ctx(t), control.Cancel, api.ControlRequest{Agent: "demo", Session: "other", ID: "chat-7"}); err != nil || r.Duplicate {
+		t.Fatalf("the id in another session: %+v, %v", r, err)
 	}
 }

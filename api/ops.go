@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/ghapp"
 	"github.com/jetloop/jetloop/model"
@@ -239,23 +241,100 @@ func (s *Service) control(ctx context.Context, verb control.Verb, req ControlReq
 	if err := m.Validate(); err != nil {
 		return ControlResponse{}, fmt.Errorf("%s %s: %w", verb, ref, err)
 	}
+	answer := func(seq uint64, dup bool) ControlResponse {
+		return ControlResponse{Agent: ref.Agent, Session: ref.Session, Verb: verb, Seq: seq, ID: m.ID, Duplicate: dup}
+	}
+	// A sender's id is remembered with what it asked for as long as
+	// events are: a retry gets the first answer, however late; another
+	// request under the same id is refused.
+	claimID, digest := ref.Key()+"\x00"+m.Source+"\x00"+m.ID, controlDigest(m)
+	if m.ID != "" {
+		if seq, done, err := s.usedID(ctx, ref, m, claimID, digest); err != nil || done {
+			return answer(seq, done), err
+		}
+	}
 	if err := s.CheckControl(ctx, ref, m); err != nil {
 		if m.ID != "" {
 			if seq, ok := s.retried(ctx, ref, m); ok {
-				return ControlResponse{Agent: ref.Agent, Session: ref.Session, Verb: verb, Seq: seq, ID: m.ID}, nil
+				return answer(seq, true), nil
 			}
 		}
 		return ControlResponse{}, err
 	}
+	var claim uint64
 	if m.ID == "" {
 		m.ID = uuid.NewString()
+	} else {
+		ent, rev, fresh, err := s.seen.Claim(ctx, controlRequests, claimID, nil, dedupe.WithDigest(digest))
+		if err != nil {
+			return ControlResponse{}, err
+		}
+		if !fresh {
+			// Another request with this id came in meanwhile.
+			if ent.Digest != digest {
+				return ControlResponse{}, reusedID(verb, ref, m.ID)
+			}
+			if seq := claimedSeq(ent); seq > 0 {
+				return answer(seq, true), nil
+			}
+		}
+		claim = rev
 	}
 	seq, err := control.Publish(ctx, s.js, s.names, ref, m)
 	if err != nil {
 		return ControlResponse{}, err
 	}
+	if claim > 0 {
+		out, _ := json.Marshal(claimOutcome{Seq: seq})
+		if err := s.seen.Amend(ctx, controlRequests, claimID, claim, dedupe.Entry{At: time.Now().UTC(), Outcome: out, Digest: digest}); err != nil {
+			// Published: a retry inside JL_CTL's window gets the same
+			// sequence; after it, the worker applies the id once.
+			s.log.Warn("control request not remembered with its sequence", "agent", ref.Agent, "session", ref.Session, "id", m.ID, "err", err)
+		}
+	}
 	s.log.Info("control message published", "agent", ref.Agent, "session", ref.Session, "verb", verb, "seq", seq, "id", m.ID, "source", m.Source)
-	return ControlResponse{Agent: ref.Agent, Session: ref.Session, Verb: verb, Seq: seq, ID: m.ID}, nil
+	return answer(seq, false), nil
+}
+
+// controlRequests is the jl_dedupe source of control requests by id.
+const controlRequests = "control-request"
+
+// claimOutcome is what jl_dedupe keeps of a control request.
+type claimOutcome struct {
+	Seq uint64 `json:"seq"`
+}
+
+func claimedSeq(ent dedupe.Entry) uint64 {
+	var out claimOutcome
+	_ = json.Unmarshal(ent.Outcome, &out)
+	return out.Seq
+}
+
+// controlDigest names what a control message asks, so that an id used
+// again for something else is told apart from a retry.
+func controlDigest(m control.Message) string {
+	return dedupe.Digest([]byte(m.Verb), []byte(m.Text), []byte(m.CallID), []byte(strconv.Itoa(m.Turn)), []byte(m.As))
+}
+
+func reusedID(verb control.Verb, ref streams.SessionRef, id string) error {
+	return errorf(http.StatusConflict, "%s %s: id %q (Idempotency-Key) was used for a different control request; use a new one", verb, ref, id)
+}
+
+// usedID looks the request's id up: an id used for another request is
+// refused with 409; one used for this request and published answers with
+// the first sequence (done).
+func (s *Service) usedID(ctx context.Context, ref streams.SessionRef, m control.Message, claimID, digest string) (uint64, bool, error) {
+	ent, ok, err := s.seen.Seen(ctx, controlRequests, claimID)
+	switch {
+	case err != nil:
+		return 0, false, err
+	case !ok:
+		return 0, false, nil
+	case ent.Digest != digest:
+		return 0, false, reusedID(m.Verb, ref, m.ID)
+	}
+	seq := claimedSeq(ent)
+	return seq, seq > 0, nil
 }
 
 func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (SchedulesResponse, error) {

@@ -115,7 +115,9 @@ type Service struct {
 	ctl       jetstream.Stream
 	in        jetstream.Stream
 	redriver  *dlq.Redriver
-	seen      *dedupe.Store
+	// seen is jl_dedupe: ticks fired by hand, and control requests by
+	// their id (an Idempotency-Key) with a digest of what they asked.
+	seen *dedupe.Store
 }
 
 // New binds a service to the deployment's streams and buckets, which

@@ -162,6 +162,9 @@ type ControlResponse struct {
 	// records it as ctl_seq once applied.
 	Seq uint64 `json:"seq"`
 	ID  string `json:"id"`
+	// Duplicate marks the answer to a request with an id already used
+	// for the same request: nothing new was published, Seq is the first's.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // Schedule actions.

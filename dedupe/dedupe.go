@@ -2,6 +2,9 @@ package dedupe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +73,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	return &Store{kv: kv, names: cfg.Names, ttl: cfg.TTL}, nil
 }
 
+// ErrConflict means an id was recorded for another request: the same
+// Idempotency-Key (or event id) with a different body. The rule payment
+// APIs follow answers it 409, never as a duplicate of the first.
+var ErrConflict = errors.New("dedupe: id already used for a different request")
+
 // Entry is what the store remembers of a handled event.
 type Entry struct {
 	// At is when it was recorded.
@@ -77,6 +85,29 @@ type Entry struct {
 	// Outcome is what the first handling answered (JSON), so a duplicate
 	// can repeat it; it may be empty.
 	Outcome json.RawMessage `json:"outcome,omitempty"`
+	// Digest names the request the id was first used for (a hash of its
+	// body), when the recorder gave one (WithDigest).
+	Digest string `json:"digest,omitempty"`
+}
+
+// RecordOption adjusts a Record or Claim.
+type RecordOption func(*Entry)
+
+// WithDigest records digest, a hash of the request the id is used for:
+// a later Record or Claim of the same id with another digest fails with
+// ErrConflict.
+func WithDigest(digest string) RecordOption { return func(e *Entry) { e.Digest = digest } }
+
+// Digest is a hex SHA-256 of parts, each length-prefixed, for WithDigest.
+func Digest(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Seen returns the entry of the event with source and id, and whether
@@ -105,19 +136,74 @@ func (s *Store) Seen(ctx context.Context, source, id string) (Entry, bool, error
 // window), never to an event marked handled that was not. Recording an
 // event already recorded (a concurrent delivery of the same event won the
 // race) is not an error. An outcome over MaxRecordSize is not kept.
-func (s *Store) Record(ctx context.Context, source, id string, outcome []byte) error {
+//
+// With WithDigest, an id recorded before for another digest is
+// ErrConflict: two concurrent requests with one id and different bodies,
+// of which only the first was stored.
+func (s *Store) Record(ctx context.Context, source, id string, outcome []byte, opts ...RecordOption) error {
+	prev, _, fresh, err := s.Claim(ctx, source, id, outcome, opts...)
+	if err != nil || fresh {
+		return err
+	}
+	var want Entry
+	for _, o := range opts {
+		o(&want)
+	}
+	if want.Digest != "" && prev.Digest != want.Digest {
+		return fmt.Errorf("%w: source %q, id %q", ErrConflict, source, id)
+	}
+	return nil
+}
+
+// Claim records the event with source and id, with outcome, for the
+// store's TTL, unless it was recorded before: then it returns that entry,
+// its revision and false, and writes nothing. Claiming before acting and
+// amending the outcome after (Amend) makes concurrent requests with one
+// id agree on which of them acts.
+func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, opts ...RecordOption) (Entry, uint64, bool, error) {
 	key := s.names.DedupeKey(source, id)
 	ent := Entry{At: time.Now().UTC()}
+	for _, o := range opts {
+		o(&ent)
+	}
 	if len(outcome) <= MaxRecordSize && json.Valid(outcome) {
 		ent.Outcome = outcome
 	}
 	val, err := json.Marshal(ent)
 	if err != nil {
-		return fmt.Errorf("dedupe: record %s: %w", key, err)
+		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s: %w", key, err)
 	}
-	_, err = s.kv.Create(ctx, key, val, jetstream.KeyTTL(s.ttl))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, err)
+	rev, err := s.kv.Create(ctx, key, val, jetstream.KeyTTL(s.ttl))
+	if err == nil {
+		return ent, rev, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, err)
+	}
+	kve, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return Entry{}, 0, false, fmt.Errorf("dedupe: read %s (source %q, id %q): %w", key, source, id, err)
+	}
+	var prev Entry
+	if err := json.Unmarshal(kve.Value(), &prev); err != nil {
+		prev = Entry{At: kve.Created()}
+	}
+	return prev, kve.Revision(), false, nil
+}
+
+// Amend replaces the outcome of the entry of source and id, which must
+// still be at revision rev (a Claim's), keeping its digest.
+func (s *Store) Amend(ctx context.Context, source, id string, rev uint64, ent Entry) error {
+	key := s.names.DedupeKey(source, id)
+	if len(ent.Outcome) > MaxRecordSize || !json.Valid(ent.Outcome) {
+		ent.Outcome = nil
+	}
+	val, err := json.Marshal(ent)
+	if err != nil {
+		return fmt.Errorf("dedupe: amend %s: %w", key, err)
+	}
+	if _, err := s.kv.Update(ctx, key, val, rev); err != nil {
+		return fmt.Errorf("dedupe: amend %s (source %q, id %q): %w", key, source, id, err)
 	}
 	return nil
 }

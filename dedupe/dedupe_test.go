@@ -75,3 +75,50 @@ func TestStoreRemembersForTTL(t *testing.T) {
 		return nil
 	})
 }
+
+// A claim is made once: a second claim of the id returns the first's entry
+// and revision, and an id recorded with one digest and recorded again with
+// another is ErrConflict.
+func TestClaimAndDigest(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	ctx := context.Background()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := dedupe.New(ctx, js, dedupe.Config{Names: streams.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dedupe.Digest([]byte("steer"), []byte("focus"))
+	if a == dedupe.Digest([]byte("steerf"), []byte("ocus")) {
+		t.Fatal("digest does not separate its parts")
+	}
+	_, rev, fresh, err := st.Claim(ctx, "src", "k1", nil, dedupe.WithDigest(a))
+	if err != nil || !fresh {
+		t.Fatalf("first claim: fresh %v, %v", fresh, err)
+	}
+	prev, rev2, fresh, err := st.Claim(ctx, "src", "k1", nil, dedupe.WithDigest("other"))
+	if err != nil || fresh || rev2 != rev || prev.Digest != a {
+		t.Fatalf("second claim: %+v rev %d fresh %v, %v", prev, rev2, fresh, err)
+	}
+	if err := st.Amend(ctx, "src", "k1", rev, dedupe.Entry{Outcome: []byte(`{"seq":7}`), Digest: a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Amend(ctx, "src", "k1", rev, dedupe.Entry{Outcome: []byte(`{"seq":8}`), Digest: a}); err == nil {
+		t.Fatal("an amend at a stale revision was written")
+	}
+	ent, ok, err := st.Seen(ctx, "src", "k1")
+	if err != nil || !ok || string(ent.Outcome) != `{"seq":7}` || ent.Digest != a {
+		t.Fatalf("after the amend: %+v %v %v", ent, ok, err)
+	}
+	if err := st.Record(ctx, "src", "k2", []byte(`{}`), dedupe.WithDigest(a)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Record(ctx, "src", "k2", []byte(`{}`), dedupe.WithDigest(a)); err != nil {
+		t.Fatalf("the same request recorded again: %v", err)
+	}
+	if err := st.Record(ctx, "src", "k2", []byte(`{}`), dedupe.WithDigest("b")); !errors.Is(err, dedupe.ErrConflict) {
+		t.Fatalf("another request under the id: %v, want ErrConflict", err)
+	}
+}

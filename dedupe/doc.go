@@ -8,7 +8,11 @@
 // default): Store.Seen answers whether an event was handled before, and
 // Store.Record marks it handled once every publish it caused has been
 // acknowledged. GitHub redelivers a webhook with the same delivery GUID up
-// to three days later; the bucket catches those.
+// to three days later; the bucket catches those. A record can carry a
+// digest of the request (WithDigest), so that an id reused for another
+// request is ErrConflict rather than a duplicate; Claim and Amend let a
+// caller claim an id before it acts (control requests, applied control
+// messages).
 //
 // It sits in the ingest pipeline after the CloudEvent is built and before
 // admission. It does not decide what an event admits, and does not

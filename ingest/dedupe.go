@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +41,10 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
+			if seen && d.Digest != "" && ent.Digest != "" && ent.Digest != d.Digest {
+				return nil, fmt.Errorf("%w: id %q of %s was used for a request with a different body; use a new Idempotency-Key",
+					ErrConflict, e.ID(), e.Source())
+			}
 			if seen {
 				m.duplicates.WithLabelValues(d.Receiver).Inc()
 				msg, err := adm.DuplicateMessage(e)
@@ -61,7 +66,16 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 				return nil, err
 			}
 			outcome, _ := json.Marshal(res)
-			if err := store.Record(ctx, e.Source(), e.ID(), outcome); err != nil {
+			var opts []dedupe.RecordOption
+			if d.Digest != "" {
+				opts = append(opts, dedupe.WithDigest(d.Digest))
+			}
+			if err := store.Record(ctx, e.Source(), e.ID(), outcome, opts...); errors.Is(err, dedupe.ErrConflict) {
+				// A concurrent request with this id and another body was
+				// recorded first; inside the stream's window the server
+				// dropped this one's publishes as duplicates of its.
+				return nil, fmt.Errorf("%w: id %q of %s was used at the same time for a request with a different body", ErrConflict, e.ID(), e.Source())
+			} else if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			return res, nil

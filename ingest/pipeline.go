@@ -27,6 +27,10 @@ type Delivery struct {
 	// Only, when set, keeps the decisions of that agent alone (a redrive
 	// of a dead letter of admission for one agent's rule).
 	Only string
+	// Digest, when set, names the request the event's id is used for (a
+	// hash of what the sender sent): an id used before for another digest
+	// is refused with ErrConflict (409), never answered as a duplicate.
+	Digest string
 }
 
 // Result is what the sender is told, as JSON.
@@ -77,4 +81,7 @@ var (
 	ErrNotFound = errors.New("ingest: not found")
 	// ErrUnauthorized means the sender could not be verified (401).
 	ErrUnauthorized = errors.New("ingest: unauthorized")
+	// ErrConflict means the event's id (an Idempotency-Key) was used for
+	// a different request (409).
+	ErrConflict = errors.New("ingest: id used for a different request")
 )

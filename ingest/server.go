@@ -246,6 +246,11 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 		}
 		d.Receiver = name
 		e := d.Event
+		if name != "github" {
+			// A sender that reuses an id (an Idempotency-Key) must mean
+			// the same request. GitHub's redeliveries are its own.
+			d.Digest = dedupe.Digest([]byte(e.Type()), []byte(e.Subject()), []byte(e.DataContentType()), e.Data())
+		}
 		res, err := s.handle(ctx, d)
 		if err != nil {
 			s.fail(w, name, err)
@@ -409,6 +414,8 @@ func (s *Server) fail(w http.ResponseWriter, receiver string, err error) {
 		status = http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrNotFound):
 		status = http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		status = http.StatusConflict
 	}
 	s.m.refused.WithLabelValues(receiver, strconv.Itoa(status)).Inc()
 	if status == http.StatusServiceUnavailable {

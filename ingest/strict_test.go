@@ -2,6 +2,7 @@ package ingest_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +52,47 @@ func TestReceiversRefuseTrailingData(t *testing.T) {
 	// Data that is not declared JSON is the sender's own bytes.
 	if r := post(t, h.url+"/events", binary("text/plain"), []byte(`{"text": "x"} x`)); r.status != http.StatusAccepted {
 		t.Fatalf("a text/plain event: %d %s", r.status, r.raw)
+	}
+}
+
+// An Idempotency-Key (or a CloudEvent's id) reused with a different body
+// is refused with 409, as payment APIs refuse it, and publishes nothing:
+// it is never answered as a duplicate of the first request.
+func TestIdempotencyKeyReusedWithAnotherBody(t *testing.T) {
+	h := start(t, time.Minute)
+	url := h.url + "/v1/agents/demo/sessions/s1/messages"
+	key := func(k string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + token, "Idempotency-Key": k}
+	}
+	if r := post(t, url, key("k-1"), []byte(`{"text": "deploy to staging"}`)); r.status != http.StatusAccepted {
+		t.Fatalf("first request: %d %s", r.status, r.raw)
+	}
+	r := post(t, url, key("k-1"), []byte(`{"text": "deploy to production"}`))
+	if r.status != http.StatusConflict || !strings.Contains(r.raw, "different body") {
+		t.Fatalf("same key, another body: %d %s, want 409", r.status, r.raw)
+	}
+	if r := post(t, url, key("k-1"), []byte(`{"text": "deploy to staging"}`)); r.status != http.StatusAccepted || r.body["duplicate"] != true {
+		t.Fatalf("same key, same body: %d %s, want a 202 duplicate", r.status, r.raw)
+	}
+	if n := h.inCount(t, h.subject(t, "demo", "s1")); n != 1 {
+		t.Fatalf("%d messages, want 1", n)
+	}
+	// The key is the session's: another session may use it.
+	if r := post(t, h.url+"/v1/agents/demo/sessions/s2/messages", key("k-1"), []byte(`{"text": "other"}`)); r.status != http.StatusAccepted || r.body["duplicate"] == true {
+		t.Fatalf("same key in another session: %d %s", r.status, r.raw)
+	}
+
+	structured := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/cloudevents+json"}
+	ev := func(text string) []byte {
+		return []byte(`{"specversion":"1.0","id":"ev-1","source":"/test","type":"dev.jetloop.request","subject":"s3","data":{"text":"` + text + `"}}`)
+	}
+	if r := post(t, h.url+"/events", structured, ev("a")); r.status != http.StatusAccepted {
+		t.Fatalf("first event: %d %s", r.status, r.raw)
+	}
+	if r := post(t, h.url+"/events", structured, ev("b")); r.status != http.StatusConflict {
+		t.Fatalf("same source and id, other data: %d %s, want 409", r.status, r.raw)
+	}
+	if r := post(t, h.url+"/events", structured, ev("a")); r.status != http.StatusAccepted || r.body["duplicate"] != true {
+		t.Fatalf("the same event again: %d %s", r.status, r.raw)
 	}
 }

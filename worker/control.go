@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -309,6 +310,15 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		return s.commit(ctx, nil, next)
 	}
 	log := s.log.With("verb", msg.Verb, "seq", in.seq, "id", msg.ID, "source", msg.Source)
+	if first, err := s.w.appliedBefore(ctx, in, msg); err != nil {
+		return err
+	} else if first != 0 {
+		// The sender sent it again after JL_CTL's duplicate window: the
+		// stream kept it twice, the session takes it once.
+		s.w.m.controls.WithLabelValues(verb, "duplicate").Inc()
+		log.Info("control message sent again after the duplicate window; applied once", "first_seq", first)
+		return s.commit(ctx, nil, next)
+	}
 	now := time.Now().UTC()
 	ref := &record.EventRef{ID: msg.ID, Source: msg.Source, Type: events.ControlType(verb), Seq: in.seq}
 	var entries []record.Entry
@@ -465,6 +475,32 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	}
 	log.Info("control message "+outcome, "status", next.Status)
 	return nil
+}
+
+// controlsApplied is the jl_dedupe source of applied control messages.
+const controlsApplied = "control"
+
+// appliedBefore claims the message's id (with its subject and source, as
+// JL_CTL's Nats-Msg-Id names it) for its sequence, and returns the
+// sequence of an earlier message the id was claimed for, or 0: the claim
+// is written before the message is applied, so a crash between the two
+// finds the claim its own.
+func (w *Worker) appliedBefore(ctx context.Context, in *ctlInput, msg control.Message) (uint64, error) {
+	id := in.msg.Subject + "\x00" + msg.Source + "\x00" + msg.ID
+	out, _ := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{in.seq})
+	ent, _, fresh, err := w.seen.Claim(ctx, controlsApplied, id, out)
+	if err != nil || fresh {
+		return 0, err
+	}
+	var first struct {
+		Seq uint64 `json:"seq"`
+	}
+	if json.Unmarshal(ent.Outcome, &first) != nil || first.Seq == in.seq {
+		return 0, nil
+	}
+	return first.Seq, nil
 }
 
 // settleOpen ends the step in flight and answers every outstanding call

@@ -727,3 +727,62 @@ func TestForkCopiesUpToTurn(t *testing.T) {
 		t.Fatalf("refused fork changed the child: %s", kinds(tr2))
 	}
 }
+
+// A control message sent again with the same id after JL_CTL's duplicate
+// window (the stream keeps it twice) is applied once: the worker
+// remembers applied ids as long as events are remembered.
+func TestControlSentAgainAfterTheWindowAppliedOnce(t *testing.T) {
+	e := setup(t)
+	st, err := e.js.Stream(context.Background(), e.names.StreamCtl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Duplicates = 100 * time.Millisecond
+	if _, err := e.js.UpdateStream(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+	ref := e.ref(t, "demo", "s1")
+	p := newProbe(false)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "One."}, policies.ScriptEntry{Text: "Two."})}
+	cfg := worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Models: p.factory}
+	e.start(t, cfg)
+	e.send(t, ref, "hello")
+	e.waitStatus(t, ref, record.StatusDone)
+
+	m := control.Message{Verb: control.Steer, Text: "be brief", ID: "bot-42", Source: "/chatbot"}
+	first := publish(t, e, ref, m)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if s := state(t, e, ref); s.CtlSeq != first {
+			return fmt.Errorf("ctl_seq %d, want %d", s.CtlSeq, first)
+		}
+		return nil
+	})
+	var second uint64
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		// Inside the window the stream drops it (same sequence back).
+		if second = publish(t, e, ref, m); second == first {
+			return errors.New("still inside the duplicate window")
+		}
+		return nil
+	})
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if s := state(t, e, ref); s.CtlSeq != second {
+			return fmt.Errorf("ctl_seq %d, want %d", s.CtlSeq, second)
+		}
+		return nil
+	})
+	if s := state(t, e, ref); len(s.Steers) != 1 {
+		t.Fatalf("%d steers queued, want 1: %+v", len(s.Steers), s.Steers)
+	}
+	e.send(t, ref, "again")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if n := len(p.requests()); n != 2 {
+			return fmt.Errorf("%d model calls", n)
+		}
+		return nil
+	})
+	if got := strings.Count(userText(p.requests()[1]), "[steer] be brief"); got != 1 {
+		t.Fatalf("the steer reached the model %d times: %q", got, userText(p.requests()[1]))
+	}
+}

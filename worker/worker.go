@@ -44,6 +44,10 @@ type Worker struct {
 	schedules *schedule.HealthStore
 	// ticks remembers the ticks consumed (jl_dedupe).
 	ticks *dedupe.Store
+	// seen is the same jl_dedupe store: it remembers each applied
+	// control message by its id, for as long as events are, so a message
+	// sent again after JL_CTL's duplicate window is applied once.
+	seen *dedupe.Store
 
 	mu      sync.Mutex
 	runners map[string]*runner // by session key
@@ -133,6 +137,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if w.ticks, err = dedupe.New(ctx, js, dedupe.Config{Names: cfg.Names}); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	w.seen = w.ticks
 	return w, nil
 }
 
