@@ -54,6 +54,9 @@ const (
 	// Busy: the session's run was still going and the trigger's on_busy
 	// is reject: the event does not run. The worker decides it.
 	Busy Outcome = "busy"
+	// LimitReached: a spend limit of the agent (per session, agent or key)
+	// was reached: the event's run does not start. The worker decides it.
+	LimitReached Outcome = "limit_reached"
 	// Failed: a rule did not evaluate; the event goes to JL_DLQ.
 	Failed Outcome = "error"
 	// Duplicate: the event was handled before; nothing is evaluated.

@@ -14,6 +14,11 @@ var providers = []string{ProviderScripted, ProviderAnthropic, ProviderOpenAI}
 // section. Options configure the HTTP providers (client, key lookup,
 // retries, limits, logging) and the price of every provider.
 func New(spec policies.Model, opts ...Option) (Model, error) {
+	if p := spec.Price; p != nil {
+		// The definition's price, before the caller's options: an
+		// operator's WithPrice still wins.
+		opts = append([]Option{WithPrice(Price{InputPerMTok: p.InputPerMTok, OutputPerMTok: p.OutputPerMTok})}, opts...)
+	}
 	switch spec.Provider {
 	case ProviderScripted:
 		o, err := buildOptions(opts)

@@ -94,3 +94,33 @@ func TestKeyEnvAgreesWithNew(t *testing.T) {
 		}
 	}
 }
+
+// A definition's model.price prices what the table does not know, for
+// every provider.
+func TestDefinitionPrice(t *testing.T) {
+	price := &policies.Price{InputPerMTok: 2, OutputPerMTok: 10}
+	m, err := model.New(policies.Model{Provider: "scripted", Name: "local-llm", Price: price,
+		Script: []policies.ScriptEntry{{Text: "hi", Usage: policies.Usage{InputTokens: 500_000, OutputTokens: 100_000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Complete(t.Context(), model.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Usage.CostUSD-2) > 1e-9 {
+		t.Fatalf("cost %v, want 2 (1 for input, 1 for output)", r.Usage.CostUSD)
+	}
+	f := newFake(t, reply(http.StatusOK, openAIText))
+	o, err := model.New(policies.Model{Provider: "openai", Name: "qwen3", BaseURL: f.URL, Price: price}, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = o.Complete(t.Context(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Text: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := price.InputPerMTok*float64(r.Usage.InputTokens)/1e6 + price.OutputPerMTok*float64(r.Usage.OutputTokens)/1e6; r.Usage.CostUSD == 0 || math.Abs(r.Usage.CostUSD-want) > 1e-12 {
+		t.Fatalf("cost %v of %+v, want %v", r.Usage.CostUSD, r.Usage, want)
+	}
+}

@@ -24,6 +24,8 @@ type Compiled struct {
 	// ConcurrencyKey is the concurrency limit's key; nil without a limit
 	// or a key.
 	ConcurrencyKey *Expr
+	// LimitKey is the key of the spend limit per key; nil without one.
+	LimitKey *Expr
 
 	// file and loc place the problems the store finds (a rollout that
 	// cannot start) in the file Parse read.
@@ -466,6 +468,19 @@ func compile(d Definition, c *checker) *Compiled {
 			out.ConcurrencyKey = c.expr("concurrency.key", cc.Key, stringOverEvent)
 		}
 	}
+	if l := d.Limits; l != nil {
+		if l.SessionUSD < 0 || l.AgentUSDPerDay < 0 || l.KeyUSDPerDay < 0 {
+			c.addf("limits", "ceilings must not be negative")
+		}
+		switch {
+		case l.KeyUSDPerDay > 0 && l.Key == "":
+			c.addf("limits.key", "required with key_usd_per_day: a CEL string expression over event")
+		case l.Key != "" && l.KeyUSDPerDay == 0:
+			c.addf("limits.key", "takes key_usd_per_day, the ceiling per key")
+		case l.Key != "":
+			out.LimitKey = c.expr("limits.key", l.Key, stringOverEvent)
+		}
+	}
 	checkRollout(c, d.Rollout)
 	checkContext(c, d)
 	return out
@@ -490,6 +505,9 @@ func checkModel(c *checker, m Model) {
 	}
 	if m.MaxTokens < 0 {
 		c.addf("model.max_tokens", "must not be negative")
+	}
+	if p := m.Price; p != nil && (p.InputPerMTok < 0 || p.OutputPerMTok < 0) {
+		c.addf("model.price", "prices must not be negative")
 	}
 	switch m.ScriptScope {
 	case "", "session", "run":

@@ -29,6 +29,8 @@ type Definition struct {
 	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
 	// Concurrency bounds how many of the agent's runs go on at once.
 	Concurrency *Concurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// Limits are spend ceilings beyond one run (Budget is per run).
+	Limits *Limits `yaml:"limits,omitempty" json:"limits,omitempty"`
 	// Context is what of a session's history each model call receives:
 	// masking, compaction and notes. Without it every call receives the
 	// whole history since the session began.
@@ -70,6 +72,8 @@ type Model struct {
 	MaxTokens   int      `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
 	Temperature *float64 `yaml:"temperature,omitempty" json:"temperature,omitempty"`
 	Timeout     Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
+	// Price overrides the price table for budgets, limits and metrics.
+	Price *Price `yaml:"price,omitempty" json:"price,omitempty"`
 	// Script is the scripted provider's responses, one per model call in
 	// order, per session.
 	Script []ScriptEntry `yaml:"script,omitempty" json:"script,omitempty"`
@@ -184,6 +188,28 @@ type Debounce struct {
 	// with different keys are separate bursts (one per pull request of a
 	// repository's session, say). Empty: one burst per session.
 	Key string `yaml:"key,omitempty" json:"key,omitempty"`
+}
+
+// Limits are spend ceilings in US dollars beyond one run, on the cost the
+// model's prices give (Model.Price, else the list price table): over a
+// session's life, per agent per UTC day, and per key per UTC day, the day
+// counters shared by every worker. A run does not start once one is
+// reached, and a run that reaches one ends before its next model call, as
+// budget_exceeded with the reason; the decision is recorded.
+type Limits struct {
+	SessionUSD     float64 `yaml:"session_usd,omitempty" json:"session_usd,omitempty"`
+	AgentUSDPerDay float64 `yaml:"agent_usd_per_day,omitempty" json:"agent_usd_per_day,omitempty"`
+	// KeyUSDPerDay applies to the runs whose events give the same Key, a
+	// CEL string expression over `event` (the repository, the user).
+	KeyUSDPerDay float64 `yaml:"key_usd_per_day,omitempty" json:"key_usd_per_day,omitempty"`
+	Key          string  `yaml:"key,omitempty" json:"key,omitempty"`
+}
+
+// Price is what a model costs, in US dollars per million tokens, for a
+// model the price table does not know or at a negotiated price.
+type Price struct {
+	InputPerMTok  float64 `yaml:"input_per_mtok" json:"input_per_mtok"`
+	OutputPerMTok float64 `yaml:"output_per_mtok" json:"output_per_mtok"`
 }
 
 // Concurrency bounds the runs of an agent that go on at once, across every

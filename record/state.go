@@ -357,6 +357,10 @@ type Program struct {
 	Rollout string `json:"rollout,omitempty"`
 	// Limits are the budget of that definition.
 	Limits policies.Budget `json:"limits,omitzero"`
+	// Ceilings are its spend limits beyond a run, and SpendKey the limit
+	// key of the current (or last) run's event.
+	Ceilings policies.Limits `json:"ceilings,omitzero"`
+	SpendKey string          `json:"spend_key,omitempty"`
 }
 
 // DecodeState reads a stored state. A state written before versions were

@@ -91,6 +91,10 @@ func (n Names) BucketRollouts() string { return n.p() + "_rollouts" }
 // TTL (jl_slots).
 func (n Names) BucketSlots() string { return n.p() + "_slots" }
 
+// BucketSpend holds the day counters of agents' spend, with per-key TTL
+// (jl_spend).
+func (n Names) BucketSpend() string { return n.p() + "_spend" }
+
 // BucketSchedules holds schedule health (jl_schedules).
 func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
 
@@ -341,6 +345,21 @@ func (n Names) SlotKey(agent, key string) (string, error) {
 	}
 	h := sha256.Sum256([]byte(key))
 	return at + "." + hex.EncodeToString(h[:16]), nil
+}
+
+// SpendKey is the key in jl_spend of an agent's spend on one UTC day
+// (YYYYMMDD), of every session (key "") or of one limit key's:
+// <agent>.<day> or <agent>.<day>.<key-hash>.
+func (n Names) SpendKey(agent, day, key string) (string, error) {
+	at, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	if key == "" {
+		return at + "." + day, nil
+	}
+	h := sha256.Sum256([]byte(key))
+	return at + "." + day + "." + hex.EncodeToString(h[:16]), nil
 }
 
 // RolloutKey is an agent's key in jl_rollouts.

@@ -179,6 +179,8 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: rollout run counts", History: 1, Storage: st, Replicas: r}, nil),
 		kv(n.BucketSlots(), "concurrency slots of agents' runs and the sessions queued for them (per-key TTL)",
 			jetstream.KeyValueConfig{Description: "jetloop: concurrency slots", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
+		kv(n.BucketSpend(), "what each agent spent per UTC day, of every session and per limit key (per-key TTL)",
+			jetstream.KeyValueConfig{Description: "jetloop: spend per agent and day", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker",
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
 		{

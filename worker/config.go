@@ -69,7 +69,7 @@ func ScriptedOnly(spec policies.Model) (model.Model, error) {
 	if spec.Provider != model.ProviderScripted {
 		return nil, fmt.Errorf("model provider %q is not available in this worker (only %q)", spec.Provider, model.ProviderScripted)
 	}
-	return model.NewScripted(spec)
+	return model.New(spec)
 }
 
 // Phase is a point in a step at which Config.Trace is called.

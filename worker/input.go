@@ -121,6 +121,12 @@ func (s *session) input(ctx context.Context, in *input) error {
 		reason := fmt.Sprintf("max_hops %d: event has %d delegation hops", next.Limits.MaxHops, hops)
 		return s.stopBudget(ctx, next, entries, "max_hops", reason)
 	}
+	next.SpendKey = s.spendKey(ctx, s.def, ev)
+	if limit, reason, err := s.ceiling(ctx, next); err != nil {
+		return err
+	} else if limit != "" {
+		return s.refuseRun(ctx, next, entries, ev, limit, reason)
+	}
 	next.Slot = s.runSlot(ctx, s.def, ev)
 	if next.Slot != nil {
 		g, err := s.takeSlot(ctx, *next.Slot, in.seq)
@@ -233,6 +239,10 @@ func (s *session) use(def policies.Definition, p policies.Pinned, next *record.S
 	s.def, s.model = &def, m
 	next.DefinitionVersion, next.DefinitionRevision, next.Rollout = p.Version, p.Revision, p.Rollout
 	next.Limits = def.Budget
+	next.Ceilings = policies.Limits{}
+	if def.Limits != nil {
+		next.Ceilings = *def.Limits
+	}
 	return nil
 }
 

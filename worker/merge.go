@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -60,7 +61,8 @@ func (s *session) mergeNext(ctx context.Context, next *record.State, entries []r
 		s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
 		return in.Step
 	}
-	if len(next.Steers) > 0 || s.steerWaiting(ctx, next.InSeq) {
+	if len(next.Steers) > 0 || next.Ceilings != (policies.Limits{}) || s.steerWaiting(ctx, next.InSeq) {
+		// Steers join first; spend limits are read before the call.
 		return 0
 	}
 	if limit, _ := budget(*next, record.StepModel, now); limit != "" {

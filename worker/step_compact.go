@@ -113,6 +113,9 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	if err := s.commit(ctx, []record.Entry{sum}, next); err != nil {
 		return err
 	}
+	if sum.Usage != nil {
+		s.addSpend(ctx, in.Step, sum.Usage.CostUSD)
+	}
 	s.w.m.steps.WithLabelValues(s.labels("compact", "ok")...).Inc()
 	s.w.m.compactions.Inc()
 	log.Info("context compacted", "summary", sum.ID, "covers_from", plan.HeadEnd, "covers_to", plan.Keep-1,
@@ -148,6 +151,9 @@ func (s *session) adoptSummary(ctx context.Context, p record.Intent, sum record.
 	// The entry is there already: its create finds it.
 	if err := s.commit(ctx, []record.Entry{sum}, next); err != nil {
 		return err
+	}
+	if sum.Usage != nil {
+		s.addSpend(ctx, p.Step, sum.Usage.CostUSD)
 	}
 	s.w.m.steps.WithLabelValues(s.labels("compact", "adopted")...).Inc()
 	s.log.Info("compaction settled with the summary stored before the interruption", "step", p.Step, "summary", sum.ID)

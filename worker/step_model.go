@@ -41,6 +41,11 @@ func (s *session) modelStep(ctx context.Context) error {
 	if limit, reason := budget(s.st, record.StepModel, now); limit != "" {
 		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
 	}
+	if limit, reason, err := s.ceiling(ctx, s.st); err != nil {
+		return err
+	} else if limit != "" {
+		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
+	}
 	next := s.st.Clone()
 	in := s.modelIntent(&next, now)
 	s.trace(ctx, TracePoint{Phase: PhaseIntent, Kind: record.StepModel, Step: in.Step})
@@ -169,6 +174,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		return err
 	}
 	s.merged(merged)
+	s.addSpend(ctx, in.Step, resp.Usage.CostUSD)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
 	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
@@ -213,6 +219,9 @@ func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []reco
 		return err
 	}
 	s.merged(merged)
+	if u := stored[0].Usage; u != nil {
+		s.addSpend(ctx, p.Step, u.CostUSD)
+	}
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "adopted")...).Inc()
 	s.log.Info("model step settled with the answer stored before the interruption", "step", p.Step, "tool_calls", len(next.Calls), "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: p.Step, Recovery: true})

@@ -38,6 +38,7 @@ type Worker struct {
 	sessions jetstream.KeyValue
 	leases   *leases
 	slots    *slots
+	spend    *spend
 	in       jetstream.Stream
 	ctl      jetstream.Stream
 	// schedules records tick results and holds the breakers.
@@ -125,6 +126,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketSlots(), err)
 	}
 	w.slots = &slots{js: js, kv: skv, names: cfg.Names, bucket: cfg.Names.BucketSlots(), ttl: cfg.LeaseTTL, owner: cfg.ID}
+	pkv, err := js.KeyValue(ctx, cfg.Names.BucketSpend())
+	if err != nil {
+		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketSpend(), err)
+	}
+	w.spend = &spend{js: js, kv: pkv, names: cfg.Names, bucket: cfg.Names.BucketSpend()}
 	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
 	}
