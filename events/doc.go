@@ -1,6 +1,6 @@
 // Package events is jetloop's event vocabulary and its wire format.
 //
-// It owns three things:
+// It owns four things:
 //
 //   - The mapping between CloudEvents 1.0 (sdk-go's event.Event) and NATS
 //     messages, in binary mode per the CloudEvents NATS protocol binding:
@@ -11,6 +11,9 @@
 //     two functions.
 //   - The event types and extension attributes jetloop defines (TypeTick,
 //     ControlType, GitHubType, ExtAgent, ...).
+//   - Where an event belongs (ThreadOf): the repository, issue or pull
+//     request, installation and commit of a GitHub delivery, or the chat
+//     thread an ExtThread names; a run answers there.
 //   - The reversible encoding of an agent or session name, such as
 //     "octo/repo#12", into one token that is valid in a NATS subject and in
 //     a JetStream KV key (EncodeToken, DecodeToken).
@@ -24,5 +27,5 @@
 // It does not know stream or subject names: package streams builds every
 // subject, calling EncodeToken for the agent and session tokens. It does not
 // publish, subscribe, dedupe beyond naming the Nats-Msg-Id, or decide which
-// events are admitted, and it does not interpret event data.
+// events are admitted, and beyond ThreadOf it does not interpret event data.
 package events

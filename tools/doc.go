@@ -4,13 +4,17 @@
 // http_request, shell, ask_human, read_blob (which also reads masked
 // results back by their transcript key), read_event (a session's own
 // input event, whole or by path, from JL_IN), notes_read and notes_write
-// (a session's bounded notes in jl_sessions), and the GitHub tools. MCP
+// (a session's bounded notes in jl_sessions), and the GitHub tools
+// (github_comment, github_review, github_check, github_label, with package
+// ghapp's clients; repo and number default to the run's Call.Thread). MCP
 // servers' tools are tools/mcp's; Registry.Mount runs such a tool, whose
 // spec is known only from an agent's definition, under the registry's
 // rules.
 //
 // Names lists the tools workers run; definitions are checked against it
-// when they are applied, so a tool a worker gains belongs in Builtins.
+// when they are applied, so a tool a worker gains belongs in Builtins (or
+// GitHub). SlackReply is not one of them: it is how the worker posts a
+// run's answer, question or approval request into the run's Slack thread.
 //
 // A worker builds one Registry of every tool it can run (NewRegistry,
 // Builtins), hands the model the specs an agent declares (Specs), and
@@ -38,7 +42,12 @@
 // It does not decide when a tool runs, record intents or settle results:
 // the worker does, and calls a tool only between an intent and its
 // settlement. Whether a call may be re-run after a crash is the worker's
-// decision, from Spec.ReplaySafe stored in the intent and the current one.
+// decision, from the replay class (ClassOf: safe, probe or unsafe) stored
+// in the intent and the current one. A tool whose effect can be looked up
+// implements Prober: it marks what it creates with Marker (the GitHub
+// tools: an HTML comment in a body, a check run's external_id; SlackReply:
+// message metadata), and after a crash between the call and its
+// settlement recovery asks Probe instead of guessing.
 //
 // Operators: shell commands run with a minimal environment (not the
 // worker's, which holds API keys) and never outlive their call. Processes

@@ -47,9 +47,19 @@
 // queued, and sessions get slots in the order of their events
 // (concurrency.go).
 //
+// A run whose event came from a chat thread (record.State.Thread, from
+// events.ThreadOf) answers there through Config.Reply (tools.SlackReply):
+// its final answer, an ask_human question and a call waiting for approval
+// (with Approve and Deny buttons) are each posted as a step of their own
+// (record.StepReply: intent, post, settlement) with a probe, so a crash
+// never posts twice; a request from that thread while the session waits
+// on its question is the answer. Tool calls get the thread, the agent's
+// github: settings and the intent's time in tools.Call.
+//
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
-// step_model.go and step_tool.go (a model call, a tool call), merge.go
+// step_model.go and step_tool.go (a model call, a tool call),
+// step_reply.go (a post to the run's chat thread), merge.go
 // (the next step's intent in a settlement's write), recover.go (an intent
 // without its settlement), budget.go (the limits checked before a step),
 // end.go (a run ended early: its open calls answered), outcome.go (a

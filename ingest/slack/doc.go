@@ -1,5 +1,6 @@
-// Package slack receives Slack requests at POST /chat/slack and turns the
-// commands in them into control messages.
+// Package slack receives Slack requests at POST /chat/slack and POST
+// /chat/slack/interactions and turns the commands, messages and button
+// clicks in them into control messages and user requests.
 //
 // Every request is verified before anything else: Slack's v0 signature
 // (X-Slack-Signature: "v0=" + hex HMAC-SHA256 of "v0:<timestamp>:<raw
@@ -32,6 +33,19 @@
 // reason and not published, when Config.Check is set (jetloop dev and
 // jetloop ingest set it to the runtime API's check).
 //
-// It does not answer in the channel (that needs a bot token and Slack's
-// Web API) or apply control messages (the worker does).
+// A message of a mapped channel that is not a command is, with
+// Config.Send, a user request to the channel's session, once per message
+// (its id is the channel and the message's ts, the same for Slack's
+// retries and the app_mention twin of a message event), carrying the
+// thread it belongs to (events.ExtThread): the worker posts the run's
+// answer, an ask_human question or a call waiting for approval there, and
+// a reply in the thread answers the question.
+//
+// POST /chat/slack/interactions takes the clicks on the Approve and Deny
+// buttons of such a post (block_actions, signed like every request) and
+// publishes approve or deny of the call the button names, only from the
+// channel mapped to that call's session, once per click.
+//
+// It does not post to Slack (the worker does, with tools.SlackReply) or
+// apply control messages (the worker does).
 package slack

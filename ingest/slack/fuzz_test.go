@@ -61,3 +61,21 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseInteraction: any body is refused with a 400 or read as an
+// interaction; nothing panics.
+func FuzzParseInteraction(f *testing.F) {
+	for _, s := range []string{
+		`payload=%7B%22type%22%3A%22block_actions%22%2C%22actions%22%3A%5B%7B%22action_id%22%3A%22jetloop_approve%22%2C%22value%22%3A%22%7B%7D%22%7D%5D%7D`,
+		`payload=`, `payload=%7B`, `a=b`, `%zz`, "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, err := parseInteraction(body)
+		var he *httpError
+		if err != nil && (!errors.As(err, &he) || he.status != 400) {
+			t.Fatalf("error %v is not a 400 refusal", err)
+		}
+	})
+}

@@ -105,13 +105,9 @@ func (r *Receiver) interaction(ctx context.Context, req *http.Request, w http.Re
 			r.log.Warn("slack: forget signature of a request not handled", "err", derr)
 		}
 	}()
-	q, err := url.ParseQuery(string(body))
-	if err != nil || q.Get("payload") == "" {
-		return nil, refuse(http.StatusBadRequest, "interaction: want a form with a payload")
-	}
-	var in interaction
-	if err := json.Unmarshal([]byte(q.Get("payload")), &in); err != nil {
-		return nil, refuse(http.StatusBadRequest, "interaction payload: %v", err)
+	in, err := parseInteraction(body)
+	if err != nil {
+		return nil, err
 	}
 	log := r.log.With("team", in.Team.ID, "channel", in.Channel.ID, "user", in.User.ID)
 	if in.Type != "block_actions" || len(in.Actions) != 1 {
@@ -176,4 +172,18 @@ func (r *Receiver) publish(ctx context.Context, log *slog.Logger, ref streams.Se
 		log.Warn("slack: remember handled interaction", "err", err)
 	}
 	return out, nil
+}
+
+// parseInteraction reads an interaction request's body: a form whose
+// payload field is the interaction's JSON.
+func parseInteraction(body []byte) (interaction, error) {
+	var in interaction
+	q, err := url.ParseQuery(string(body))
+	if err != nil || q.Get("payload") == "" {
+		return in, refuse(http.StatusBadRequest, "interaction: want a form with a payload")
+	}
+	if err := json.Unmarshal([]byte(q.Get("payload")), &in); err != nil {
+		return in, refuse(http.StatusBadRequest, "interaction payload: %v", err)
+	}
+	return in, nil
 }
