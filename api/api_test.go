@@ -123,7 +123,7 @@ func TestServiceAnnouncesEveryEndpoint(t *testing.T) {
 	for _, e := range info.Endpoints {
 		got[e.Name] = e.Subject
 	}
-	want := []string{"agents", "apply", "send", "status", "show", "steer", "interrupt", "resume", "cancel", "approve", "deny", "fork", "schedules", "events", "dlq",
+	want := []string{"agents", "apply", "send", "status", "show", "context", "steer", "interrupt", "resume", "cancel", "approve", "deny", "fork", "schedules", "events", "dlq",
 		"history", "definition", "diff", "rollback", "rollout"}
 	if len(api.Endpoints()) != len(want) {
 		t.Errorf("Endpoints() = %v, want %v", api.Endpoints(), want)

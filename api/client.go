@@ -81,6 +81,11 @@ func (c *Client) Show(ctx context.Context, req ShowRequest) (ShowResponse, error
 	return call[ShowResponse](ctx, c, EndpointShow, req)
 }
 
+// Context returns what a session's next model call receives.
+func (c *Client) Context(ctx context.Context, req ContextRequest) (ContextResponse, error) {
+	return call[ContextResponse](ctx, c, EndpointContext, req)
+}
+
 // Control publishes a control message with verb for a session and
 // returns once JetStream has stored it.
 func (c *Client) Control(ctx context.Context, verb control.Verb, req ControlRequest) (ControlResponse, error) {

@@ -41,6 +41,7 @@ type HTTPControl struct {
 //
 //	POST /v1/agents/{agent}/sessions/{session}/control   bearer token → control message (202 with ControlResponse)
 //	GET  /v1/sessions[?agent=A&status=S]                  bearer token → StatusResponse
+//	GET  /v1/agents/{agent}/sessions/{session}/context   bearer token → ContextResponse
 //
 // A control request's Idempotency-Key header is the message id: a retry
 // with the same key inside JL_CTL's duplicate window is stored once.
@@ -51,6 +52,15 @@ func (s *Service) MountHTTP(mux *http.ServeMux, cfg HTTPConfig) {
 	}
 	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/control", s.httpRoute("control", cfg, maxControlBody, s.httpControl))
 	mux.Handle("GET /v1/sessions", s.httpRoute("sessions", cfg, 0, s.httpSessions))
+	mux.Handle("GET /v1/agents/{agent}/sessions/{session}/context", s.httpRoute("context", cfg, 0, s.httpContext))
+}
+
+func (s *Service) httpContext(ctx context.Context, r *http.Request, _ []byte) (int, any, error) {
+	resp, err := s.sessionContext(ctx, ContextRequest{Agent: r.PathValue("agent"), Session: r.PathValue("session")})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, resp, nil
 }
 
 // httpRoute wraps a route with the bearer check, a slot from the gate's

@@ -55,6 +55,7 @@ func (s *Service) ops() map[string]op {
 		EndpointShow:      handle(s.show),
 		EndpointSchedules: handle(s.listSchedules),
 		EndpointEvents:    handle(s.events),
+		EndpointContext:   handle(s.sessionContext),
 		EndpointDLQ:       handle(s.deadLetters),
 	}
 	for _, v := range control.Verbs() {
@@ -185,24 +186,24 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 	if err != nil {
 		return ShowResponse{}, err
 	}
-	tr, err := record.Show(ctx, s.js, s.names, ref)
+	limit := req.Limit
+	switch {
+	case limit < 0 || limit > MaxShowLimit:
+		return ShowResponse{}, errorf(http.StatusBadRequest, "show: limit %d: want 1 to %d", limit, MaxShowLimit)
+	case limit == 0:
+		limit = DefaultShowLimit
+	}
+	from := max(req.From, 1)
+	tr, err := record.Page(ctx, s.js, s.names, ref, from, limit)
 	if err != nil {
 		return ShowResponse{}, err
 	}
+	if def, err := s.sessionDefinition(ctx, record.State{Origin: record.Origin{Agent: tr.Agent},
+		Program: record.Program{DefinitionRevision: tr.DefinitionRevision}}); err == nil {
+		markMasked(&tr, def)
+	}
 	tr.DefinitionVersion = newVersionNumbers(s.agents).of(ctx, tr.Agent, tr.DefinitionVersion, tr.DefinitionRevision)
 	entries := tr.Transcript
-	if req.From > 1 {
-		i, _ := slices.BinarySearchFunc(entries, req.From, func(e record.Entry, id uint64) int {
-			switch {
-			case e.ID < id:
-				return -1
-			case e.ID > id:
-				return 1
-			}
-			return 0
-		})
-		entries = entries[i:]
-	}
 	out := ShowResponse{Transcript: tr}
 	out.Transcript.Transcript = []record.Entry{}
 	head, err := json.Marshal(out)
@@ -214,8 +215,11 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 		return ShowResponse{}, errorf(http.StatusInternalServerError, "show %s: entry %d does not fit a response of %d bytes", ref, entries[0].ID, s.cfg.MaxResponse)
 	}
 	out.Transcript.Transcript = entries[:n]
-	if n < len(entries) {
+	switch {
+	case n < len(entries):
 		out.Truncated, out.Next = true, entries[n].ID
+	case len(entries) > 0 && entries[n-1].ID < tr.Entries:
+		out.Truncated, out.Next = true, entries[n-1].ID+1
 	}
 	return out, nil
 }

@@ -28,7 +28,7 @@ const (
 
 // Endpoints returns every endpoint name.
 func Endpoints() []string {
-	out := []string{EndpointAgents, EndpointApply, EndpointSend, EndpointStatus, EndpointShow}
+	out := []string{EndpointAgents, EndpointApply, EndpointSend, EndpointStatus, EndpointShow, EndpointContext}
 	for _, v := range control.Verbs() {
 		out = append(out, string(v))
 	}
@@ -124,6 +124,10 @@ type ShowRequest struct {
 	Agent   string `json:"agent"`
 	Session string `json:"session"`
 	From    uint64 `json:"from,omitempty"`
+	// Limit bounds the entries read (default DefaultShowLimit, at most
+	// MaxShowLimit): a page costs what it holds, whatever the transcript's
+	// length.
+	Limit int `json:"limit,omitempty"`
 }
 
 // ShowResponse is `jetloop show --json`'s object. When the transcript

@@ -35,7 +35,8 @@ func workerCommands() []command {
 	return []command{
 		{name: "send", summary: "send a message to a session: send AGENT SESSION TEXT", run: runSend},
 		{name: "status", summary: "list sessions: status, since when, turns, tokens, cost, what blocked ones wait for", run: runStatus},
-		{name: "show", summary: "print a session's state, budget and transcript: show AGENT/SESSION", run: runShow},
+		{name: "show", summary: "print a session's state, budget and transcript: show AGENT/SESSION [--from N] [--limit N]", run: runShow},
+		{name: "context", summary: "print what a session's next model call receives, part by part, with token estimates: context AGENT/SESSION", run: runContext},
 		{name: "tail", summary: "follow a session's transcript live: tail AGENT/SESSION", run: runTail},
 	}
 }
@@ -329,7 +330,12 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 }
 
 func runShow(ctx context.Context, env *Env, args []string) error {
-	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "show", "[flags] AGENT/SESSION", args, nil)
+	var from uint64
+	var most int
+	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "show", "[flags] AGENT/SESSION", args, func(fs *flag.FlagSet) {
+		fs.Uint64Var(&from, "from", 1, "first entry id to print")
+		fs.IntVar(&most, "limit", 0, "print at most this many entries (0: all from --from on)")
+	})
 	if err != nil {
 		return err
 	}
@@ -338,11 +344,15 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintln(env.Stderr, "Usage: jetloop show [flags] AGENT/SESSION")
 		return errUsage
 	}
+	if most < 0 {
+		fmt.Fprintf(env.Stderr, "jetloop show: --limit %d: want 0 (all) or more\nUsage: jetloop show [flags] AGENT/SESSION\n", most)
+		return errUsage
+	}
 	ref, err := parseRef(rest[0])
 	if err != nil {
 		return err
 	}
-	tr, err := showAll(ctx, api.NewClient(rt.NC, rt.Names), ref, 1)
+	tr, err := showRange(ctx, api.NewClient(rt.NC, rt.Names), ref, max(from, 1), most)
 	if errors.Is(err, api.ErrNotFound) {
 		return missing("no session %s (see 'jetloop status')", ref)
 	}
@@ -454,14 +464,23 @@ const (
 // Entries never change once written, so the pages and the state of the
 // last one are consistent.
 func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64) (record.Transcript, error) {
+	return showRange(ctx, c, ref, from, 0)
+}
+
+// showRange is showAll of at most limit entries (0: all).
+func showRange(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64, limit int) (record.Transcript, error) {
 	entries := []record.Entry{}
 	for range maxShowPages {
-		resp, err := c.Show(ctx, api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: from})
+		req := api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: from}
+		if limit > 0 {
+			req.Limit = min(limit-len(entries), api.MaxShowLimit)
+		}
+		resp, err := c.Show(ctx, req)
 		if err != nil {
 			return record.Transcript{}, err
 		}
 		entries = append(entries, resp.Transcript.Transcript...)
-		if !resp.Truncated {
+		if !resp.Truncated || (limit > 0 && len(entries) >= limit) {
 			tr := resp.Transcript
 			tr.Transcript = entries
 			return tr, nil
@@ -578,6 +597,13 @@ func stateOf(tr record.Transcript, nextEntry uint64) record.State {
 // printEntry writes one transcript entry for people.
 func printEntry(w io.Writer, e record.Entry) {
 	head := fmt.Sprintf("[%d] t%d %s %s", e.ID, e.Turn, e.Time.Local().Format(time.TimeOnly), e.Kind)
+	switch {
+	case e.Context != "":
+		// How the next model call sees it: masked, or summarised.
+		head += " [" + e.Context + "]"
+	case e.Kind == record.KindSummary && e.Covers != nil:
+		head += fmt.Sprintf(" of %d-%d", e.Covers.From, e.Covers.To)
+	}
 	switch e.Kind {
 	case record.KindToolCall:
 		fmt.Fprintf(w, "%s %s %s (%s)\n", head, e.Name, oneLine(string(e.Args), 200), e.CallID)

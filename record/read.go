@@ -163,7 +163,12 @@ type Transcript struct {
 	InSeq  uint64 `json:"in_seq"`
 	CtlSeq uint64 `json:"ctl_seq"`
 	// Owner is the worker that wrote the state last.
-	Owner      string  `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Entries is how many entries the transcript has; Transcript may hold
+	// a page of them (Page).
+	Entries uint64 `json:"entries"`
+	// Window is where the live context starts (after a compaction).
+	Window     *Window `json:"window,omitempty"`
 	Transcript []Entry `json:"transcript"`
 }
 
@@ -182,10 +187,59 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	if err != nil {
 		return Transcript{}, err
 	}
+	return transcriptOf(st, entries), nil
+}
+
+// Page returns a session's state and at most limit of its transcript
+// entries from id from on, read by key: what it costs does not grow with
+// the transcript. Entries summarised by a compaction are marked
+// (Entry.Context).
+func Page(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef, from uint64, limit int) (Transcript, error) {
+	s, err := Open(ctx, js, names)
+	if err != nil {
+		return Transcript{}, err
+	}
+	st, _, err := s.Load(ctx, ref)
+	if err != nil {
+		return Transcript{}, err
+	}
+	from = max(from, 1)
+	var entries []Entry
+	if from < st.NextEntry && limit > 0 {
+		to := min(st.NextEntry-1, from+uint64(limit)-1)
+		if entries, err = s.ReadSpans(ctx, ref, []Span{{From: from, To: to}}); err != nil {
+			return Transcript{}, err
+		}
+	}
+	return transcriptOf(st, entries), nil
+}
+
+// Marks of Entry.Context.
+const (
+	// ContextSummarised: a summary stands for the entry in the context.
+	ContextSummarised = "summarised"
+	// ContextMasked: the next model call sees a placeholder for the result.
+	ContextMasked = "masked"
+)
+
+// transcriptOf is the Transcript of st with entries, the summarised ones
+// marked.
+func transcriptOf(st State, entries []Entry) Transcript {
 	if entries == nil {
 		entries = []Entry{}
 	}
+	var win *Window
+	if st.Summary != 0 {
+		w := st.Window
+		win = &w
+		for i, e := range entries {
+			if e.ID >= st.HeadEnd && (e.ID < st.From || e.Kind == KindSummary && e.ID != st.Summary) {
+				entries[i].Context = ContextSummarised
+			}
+		}
+	}
 	return Transcript{
+		Entries: st.NextEntry - 1, Window: win,
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Reason: st.Reason, WaitingFor: st.WaitingFor, DefinitionVersion: st.DefinitionVersion,
 		DefinitionRevision: st.DefinitionRevision, Rollout: st.Rollout,
@@ -200,7 +254,7 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 		Pending: st.Pending,
 		InSeq:   st.InSeq, CtlSeq: st.CtlSeq, Owner: st.Owner,
 		Transcript: entries,
-	}, nil
+	}
 }
 
 // Update is one change Follow reports: a transcript entry, or a state.

@@ -120,6 +120,9 @@ type Entry struct {
 	Entries int `json:"entries,omitempty"`
 	// Covers is the span of entries a summary entry stands for.
 	Covers *Span `json:"covers,omitempty"`
+	// Context is set by readers, never stored: how the entry stands in the
+	// next model call's context ("summarised", "masked"; empty: as it is).
+	Context string `json:"context,omitempty"`
 }
 
 // MarshalJSON writes the fields a kind always has even when empty, so
