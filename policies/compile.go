@@ -141,16 +141,18 @@ func (c *Compiled) NeedsApproval(ctx context.Context, tool ToolCall, s SessionIn
 	for i, a := range c.Approvals {
 		ok, err := a.When.EvalBool(ctx, vars)
 		if err != nil {
-			return approvalName(a.Approval, i), false, err
+			return ApprovalName(a.Approval, i), false, err
 		}
 		if ok {
-			return approvalName(a.Approval, i), true, nil
+			return ApprovalName(a.Approval, i), true, nil
 		}
 	}
 	return "", false, nil
 }
 
-func approvalName(a Approval, i int) string {
+// ApprovalName is the gate name of approvals[i]: its name, or
+// "approvals[i]" when it has none. NeedsApproval returns it.
+func ApprovalName(a Approval, i int) string {
 	if a.Name != "" {
 		return a.Name
 	}
@@ -458,7 +460,14 @@ func compile(d Definition, c *checker) *Compiled {
 		} else {
 			ca.When = c.expr(f+".when", a.When, condOverTool)
 		}
+		checkWait(c, f, a.Timeout, a.OnTimeout)
 		out.Approvals = append(out.Approvals, ca)
+	}
+	if w := d.AskHuman; w != nil {
+		if w.Timeout == 0 {
+			c.addf("ask_human.timeout", "required: how long a session waits for an answer")
+		}
+		checkWait(c, "ask_human", w.Timeout, w.OnTimeout)
 	}
 	if cc := d.Concurrency; cc != nil {
 		if cc.Limit < 1 || cc.Limit > MaxConcurrency {
@@ -537,5 +546,26 @@ func checkModel(c *checker, m Model) {
 				c.addf(fmt.Sprintf("%s.tool_calls[%d].name", f, j), "required")
 			}
 		}
+	}
+}
+
+// MaxWaitTimeout bounds the timeout of a wait for a human.
+const MaxWaitTimeout = 365 * 24 * time.Hour
+
+// checkWait checks the timeout and on_timeout of a wait at field f.
+func checkWait(c *checker, f string, timeout Duration, onTimeout string) {
+	switch d := timeout.D(); {
+	case d < 0:
+		c.addf(f+".timeout", "must not be negative")
+	case d > 0 && d < time.Second:
+		c.addf(f+".timeout", "%s: want at least 1s (a timeout fires on a whole second)", d)
+	case d > MaxWaitTimeout:
+		c.addf(f+".timeout", "%s: want at most %s", d, MaxWaitTimeout)
+	}
+	switch {
+	case onTimeout != "" && timeout == 0:
+		c.addf(f+".on_timeout", "%q without a timeout never happens: set timeout", onTimeout)
+	case !oneOf(onTimeout, []string{"", OnTimeoutDeny, OnTimeoutCancel, OnTimeoutEscalate}):
+		c.addf(f+".on_timeout", "%q: want deny, cancel or escalate", onTimeout)
 	}
 }

@@ -24,6 +24,9 @@ type Definition struct {
 	Triggers  []Trigger  `yaml:"triggers,omitempty" json:"triggers,omitempty"`
 	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
 	Approvals []Approval `yaml:"approvals,omitempty" json:"approvals,omitempty"`
+	// AskHuman bounds how long a session waits for the answer to an
+	// ask_human call.
+	AskHuman *Wait `yaml:"ask_human,omitempty" json:"ask_human,omitempty"`
 	// MCPServers are the MCP servers whose admitted tools the agent may
 	// call, each mounted as "<server>.<tool>".
 	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
@@ -255,6 +258,29 @@ type Approval struct {
 	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// When is a CEL condition over `tool` and `session`.
 	When string `yaml:"when" json:"when"`
+	// Timeout bounds the wait for approve or deny; OnTimeout says what
+	// then happens (default deny). Zero: the call waits until answered.
+	Timeout   Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
+	OnTimeout string   `yaml:"on_timeout,omitempty" json:"on_timeout,omitempty"`
+}
+
+// What a wait that times out does (Approval.OnTimeout, Wait.OnTimeout).
+const (
+	// OnTimeoutDeny answers the call with an error result (a denial, or
+	// "no answer") and the run goes on.
+	OnTimeoutDeny = "deny"
+	// OnTimeoutCancel cancels the session.
+	OnTimeoutCancel = "cancel"
+	// OnTimeoutEscalate records an escalation (a dev.jetloop.escalation
+	// event on jl.audit.escalation.<agent>, a system entry, the status's
+	// escalated time) for someone else to pick up; the session waits on.
+	OnTimeoutEscalate = "escalate"
+)
+
+// Wait bounds a wait for a human.
+type Wait struct {
+	Timeout   Duration `yaml:"timeout" json:"timeout"`
+	OnTimeout string   `yaml:"on_timeout,omitempty" json:"on_timeout,omitempty"`
 }
 
 // Duration is a time.Duration written as "90s" or "10m" in YAML and JSON.

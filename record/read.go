@@ -37,7 +37,11 @@ type Summary struct {
 	// of the approval they wait for; and for queued ones: the concurrency
 	// slot.
 	WaitingFor string `json:"waiting_for,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	// WaitUntil is when a blocked session's wait times out, and
+	// Escalated when it timed out and was escalated.
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	Escalated time.Time `json:"escalated,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
 	// DefinitionVersion is the agent's version the session runs;
 	// DefinitionRevision the jl_agents revision it was read from, and
 	// Rollout the rollout whose canary it is (see State.Program).
@@ -55,7 +59,8 @@ func summarise(st State) Summary {
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
 		RunTurns: st.RunTurns, RunTokens: st.RunUsage.Tokens(), RunCostUSD: st.RunUsage.CostUSD,
-		WaitingFor: st.WaitingFor, Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
+		WaitingFor: st.WaitingFor, WaitUntil: st.WaitUntil, Escalated: st.Escalated,
+		Reason: st.Reason, DefinitionVersion: st.DefinitionVersion,
 		DefinitionRevision: st.DefinitionRevision, Rollout: st.Rollout,
 		Updated: st.Updated, Owner: st.Owner, Parent: st.Parent,
 	}

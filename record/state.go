@@ -318,6 +318,14 @@ type Standing struct {
 	// Approved is the call an approve let through: its next step runs it
 	// without asking the gates again.
 	Approved string `json:"approved,omitempty"`
+	// WaitUntil is when a blocked session's wait times out (its approval
+	// gate's or ask_human's timeout); zero: it waits until answered.
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	// OnTimeout is what happens then: deny, cancel or escalate.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// Escalated is when the wait timed out and was escalated: it waits
+	// on, for whoever picks the escalation up.
+	Escalated time.Time `json:"escalated,omitzero"`
 	// Queued is what a queued session waits for.
 	Queued *Queued `json:"queued,omitempty"`
 }
@@ -503,6 +511,7 @@ func (s *State) SetStatus(st Status, reason string, now time.Time) {
 	s.Reason = reason
 	if st != StatusBlocked {
 		s.WaitingFor, s.BlockedCall, s.Approval = "", "", ""
+		s.WaitUntil, s.OnTimeout, s.Escalated = time.Time{}, "", time.Time{}
 	}
 	if st != StatusQueued {
 		s.Queued = nil

@@ -50,6 +50,9 @@ func (s *session) blockForApproval(ctx context.Context, call record.CallRef, gat
 	}
 	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
 	next.WaitingFor, next.BlockedCall, next.Approval = call.ID, call.ID, gate
+	if err := s.armWait(ctx, &next, call.ID, gate); err != nil {
+		return err
+	}
 	// A run from a chat thread shows the call there, with Approve and
 	// Deny buttons.
 	text, blocks := approvalBlocks(s.r.ref.Agent, s.r.ref.Session, call, e.Args, gate)

@@ -330,22 +330,16 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	// ignore records a message that had nothing to act on in the transcript,
 	// and goes to the dead letter stream with the reason.
 	var dead string
+	// armed: the session waits with a timeout; a message that ends the
+	// wait disarms its timer.
+	armed := !s.st.WaitUntil.IsZero()
 	ignore := func(why string) {
 		note(record.KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
 		dead = why
 	}
 	// unwait continues a blocked or paused session; the time it waited
 	// does not count against the run's deadline.
-	unwait := func() {
-		if !next.RunStarted.IsZero() && next.Since.Before(now) {
-			next.RunStarted = next.RunStarted.Add(now.Sub(next.Since))
-		}
-		if t := next.Tick; t != nil && !t.Deadline.IsZero() && t.Result == "" && next.Since.Before(now) {
-			// Nor against its tick's timeout.
-			t.Deadline = t.Deadline.Add(now.Sub(next.Since))
-		}
-		next.SetStatus(record.StatusWorking, "", now)
-	}
+	unwait := func() { resumeRun(&next, now) }
 	outcome := "applied"
 	final := s.st.Status.Final()
 	switch msg.Verb {
@@ -467,6 +461,9 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	}
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
+	}
+	if armed && s.st.WaitUntil.IsZero() {
+		s.disarmWait(ctx)
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseControl, Step: in.seq, Control: verb})
 	s.w.m.controls.WithLabelValues(verb, outcome).Inc()

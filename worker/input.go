@@ -38,6 +38,9 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		return s.commit(ctx, nil, next)
 	}
+	if ev.Type() == TypeWaitTimeout {
+		return s.timedOut(ctx, in, ev, next)
+	}
 	tick := schedule.IsTick(&nats.Msg{Header: in.header})
 	if s.st.Status.Final() {
 		reason := fmt.Sprintf("session is %s", s.st.Status)

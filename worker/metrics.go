@@ -28,6 +28,7 @@ type Metrics struct {
 	controls       *prometheus.CounterVec
 	controlSeconds *prometheus.HistogramVec
 	approvals      prometheus.Counter
+	waitTimeouts   *prometheus.CounterVec
 
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
@@ -96,6 +97,10 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "approvals_requested_total",
 			Help: "Tool calls an approval gate stopped before they ran.",
 		}),
+		waitTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "wait_timeouts_total",
+			Help: "Waits for a human that timed out, by on_timeout (deny, cancel, escalate) and outcome (applied, stale: the answer came first).",
+		}, []string{"on_timeout", "outcome"}),
 		writeRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "write_retries_total",
 			Help: "State writes (intents and settlements) made again after a passing failure, by reason (batch_incomplete, batches_in_flight, unavailable, no_responders, timeout, reconnecting, fenced after an unknown outcome).",
@@ -135,7 +140,7 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -330,6 +330,9 @@ func (s *session) block(ctx context.Context, call record.CallRef, step uint64, q
 	next.SetStatus(record.StatusBlocked, "", time.Now().UTC())
 	next.WaitingFor = cut(question, 4096)
 	next.BlockedCall = call.ID
+	if err := s.armWait(ctx, &next, call.ID, ""); err != nil {
+		return err
+	}
 	// A run from a chat thread asks there; the thread's next reply is the
 	// answer.
 	post := s.withPost(&next, postQuestion, question, nil)
