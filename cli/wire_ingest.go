@@ -322,6 +322,10 @@ func runWebhook(ctx context.Context, env *Env, args []string) error {
 	url := fs.String("url", "http://127.0.0.1:8080", "base URL of the ingest HTTP listener")
 	delivery := fs.String("delivery", "", "X-GitHub-Delivery (default: a new GUID; repeat one to test redelivery)")
 	data := fs.String("data", ".jetloop", "`jetloop dev` --data folder whose generated secret to use when JETLOOP_GITHUB_SECRET is unset")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fs.Usage()
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "github" {
 		fs.Usage()
 		return errUsage
