@@ -37,6 +37,9 @@ type crashPoint struct {
 	Step  uint64          `json:"step"`
 	// Session, if set, limits the point to one session.
 	Session string `json:"session,omitempty"`
+	// Compact selects a compaction's model step (any step number when
+	// Step is 0).
+	Compact bool `json:"compact,omitempty"`
 }
 
 // childSpec is what a child worker runs.
@@ -114,7 +117,8 @@ func TestWorkerChild(t *testing.T) {
 	if cp := spec.CrashAt; cp != nil {
 		var once sync.Once
 		cfg.Trace = func(ctx context.Context, p worker.TracePoint) {
-			if p.Recovery || p.Phase != cp.Phase || p.Kind != cp.Kind || p.Step != cp.Step || (cp.Session != "" && p.Session != cp.Session) {
+			if p.Recovery || p.Phase != cp.Phase || p.Kind != cp.Kind || p.Compact != cp.Compact ||
+				(p.Step != cp.Step && !(cp.Compact && cp.Step == 0)) || (cp.Session != "" && p.Session != cp.Session) {
 				return
 			}
 			hit := false

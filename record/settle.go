@@ -234,7 +234,9 @@ func (s *Store) Stored(ctx context.Context, ref streams.SessionRef, p Intent) ([
 	}
 	switch p.Kind {
 	case StepModel:
-		if head.Kind != KindAssistant {
+		// A compaction's answer is its summary, alone.
+		if p.Compaction != nil && (head.Kind != KindSummary || head.Entries != 1) ||
+			p.Compaction == nil && head.Kind != KindAssistant {
 			return nil, nil
 		}
 	case StepTool:

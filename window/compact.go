@@ -102,6 +102,13 @@ func CompactRequest(in Input, plan record.Compaction) model.Request {
 		if e.ID < plan.HeadEnd || (e.ID >= plan.Keep && e.Kind != record.KindSummary) {
 			continue
 		}
+		if e.Kind == record.KindSystem || e.Kind == record.KindSummary && e.ID != in.State.Summary ||
+			e.Kind == record.KindControl && (e.Name != "steer" && e.Name != "resume" || e.Text == "") {
+			// The runtime's notes and what no call sees are not the
+			// conversation: a summary of the same turns is the same
+			// with or without them.
+			continue
+		}
 		if b.Len() > maxCompactInput {
 			b.WriteString("[… the rest is left out: too long]\n")
 			break
@@ -153,10 +160,7 @@ func render(in Input, e record.Entry) string {
 	case record.KindAssistant:
 		text = e.Text
 	case record.KindControl:
-		if e.Name != "steer" && e.Name != "resume" || e.Text == "" {
-			return fmt.Sprintf("[turn %d: %s]", e.Turn, e.Name)
-		}
-		text = e.Text
+		text = "[" + e.Name + "] " + e.Text
 	default:
 		text = e.Text
 	}

@@ -277,12 +277,11 @@ func placeholder(e record.Entry, handle string) string {
 	return fmt.Sprintf("[masked: the %s of %s (call %s, turn %d, %d bytes) is no longer shown; read_blob {\"handle\": %q} returns it]", what, e.Name, e.CallID, e.Turn, size, handle)
 }
 
+// summaryText is a summary as the model reads it. It names no entry ids
+// (Part.Covers does): the context of a session whose compaction was made
+// again after a crash reads as the one without the crash.
 func summaryText(e record.Entry) string {
-	span := ""
-	if e.Covers != nil {
-		span = fmt.Sprintf(" of entries %d-%d", e.Covers.From, e.Covers.To)
-	}
-	return fmt.Sprintf("[summary%s, written when the conversation was compacted; what it stands for is no longer shown]\n%s", span, e.Text)
+	return "[summary of the earlier conversation, written when it was compacted; what it stands for is no longer shown]\n" + e.Text
 }
 
 func notesText(notes string) string {

@@ -116,7 +116,7 @@ func TestPlan(t *testing.T) {
 	}
 	// The head's answer and result, then the summary leading the kept
 	// event in one user message.
-	if m := after.Request.Messages[3]; m.Role != model.RoleUser || !strings.HasPrefix(m.Text, "[summary of entries 5-28") || !strings.HasSuffix(m.Text, "all fine\n\ntick") {
+	if m := after.Request.Messages[3]; m.Role != model.RoleUser || !strings.HasPrefix(m.Text, "[summary of the earlier conversation") || !strings.HasSuffix(m.Text, "all fine\n\ntick") {
 		t.Fatalf("fourth message %q", m.Text)
 	}
 	if _, ok := window.Plan(in); ok {

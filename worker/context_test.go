@@ -135,7 +135,7 @@ func TestContextPolicyBoundsRequests(t *testing.T) {
 	}
 	last := reqs[len(reqs)-1]
 	text := requestText(last)
-	for _, want := range []string{"[summary of entries", "[masked: the result of probe", "read_blob", "baseline: latency ok"} {
+	for _, want := range []string{"[summary of the earlier conversation", "[masked: the result of probe", "read_blob", "baseline: latency ok"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the last request lacks %q", want)
 		}

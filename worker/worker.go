@@ -102,7 +102,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 				return
 			}
 			kind := record.StepTool
-			if head.Kind == record.KindAssistant {
+			if head.Kind == record.KindAssistant || head.Kind == record.KindSummary {
 				kind = record.StepModel
 			}
 			phase := PhaseCreated
@@ -110,7 +110,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 				phase = PhaseCreate
 			}
 			cfg.Trace(ctx, TracePoint{Phase: phase, Agent: ref.Agent, Session: ref.Session, Kind: kind, Step: head.Step,
-				Tool: head.Name, CallID: head.CallID, Recovery: head.Attempt > 0})
+				Tool: head.Name, CallID: head.CallID, Recovery: head.Attempt > 0, Compact: head.Kind == record.KindSummary})
 		}
 	}
 	if w.sessions, err = js.KeyValue(ctx, cfg.Names.BucketSessions()); err != nil {
