@@ -20,17 +20,42 @@ import (
 // comment with the call's marker and the call is made once; after the
 // POST and before the settlement, the probe finds the comment and the
 // call is settled with its real id. Either way GitHub holds exactly one
-// comment for the call.
+// comment for the call. The worker reaches GitHub as the agent's github:
+// or the deployment's environment says: an App with its key in a file or
+// in a variable, or a token.
 func TestWorkerCrashProbe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash test")
 	}
+	afterPost := crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}
+	// How the worker reaches GitHub: the agent's App key file, its key in
+	// an environment variable, a token in one, or the deployment's App.
+	keyFile := func(t *testing.T, f *ghfake.Server) *ghapp.Settings {
+		return &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: f.WriteKey(t, t.TempDir()), BaseURL: f.URL()}
+	}
 	tests := []struct {
 		name string
 		at   crashPoint
+		auth func(*testing.T, *ghfake.Server) *ghapp.Settings
+		// installation is the one whose token posts (0: a token).
+		installation int64
 	}{
-		{name: "after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}},
-		{name: "after the post", at: crashPoint{Phase: worker.PhaseSettle, Kind: record.StepTool, Step: 2}},
+		{name: "after intent", at: crashPoint{Phase: worker.PhaseEffect, Kind: record.StepTool, Step: 2}, auth: keyFile, installation: 3},
+		{name: "after the post", at: afterPost, auth: keyFile, installation: 3},
+		{name: "key in the environment", at: afterPost, installation: 3, auth: func(t *testing.T, f *ghfake.Server) *ghapp.Settings {
+			t.Setenv("CRASH_APP_KEY", string(f.PrivateKeyPEM()))
+			return &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyEnv: "CRASH_APP_KEY", BaseURL: f.URL()}
+		}},
+		{name: "token in the environment", at: afterPost, auth: func(t *testing.T, f *ghfake.Server) *ghapp.Settings {
+			f.AddToken("ghp_crash")
+			t.Setenv("CRASH_TOKEN", "ghp_crash")
+			return &ghapp.Settings{TokenEnv: "CRASH_TOKEN", BaseURL: f.URL()}
+		}},
+		{name: "the deployment's App", at: afterPost, installation: 3, auth: func(t *testing.T, f *ghfake.Server) *ghapp.Settings {
+			t.Setenv(ghapp.EnvAppID, fmt.Sprint(ghfake.AppID))
+			t.Setenv(ghapp.EnvPrivateKeyFile, f.WriteKey(t, t.TempDir()))
+			return &ghapp.Settings{BaseURL: f.URL()}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,7 +65,7 @@ func TestWorkerCrashProbe(t *testing.T) {
 			def := policies.Definition{
 				Name:   "crash",
 				Tools:  []string{"github_comment"},
-				GitHub: &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: fake.WriteKey(t, t.TempDir()), BaseURL: fake.URL()},
+				GitHub: tt.auth(t, fake),
 				Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{
 					{Text: "Commenting.", ToolCalls: []policies.ScriptToolCall{{Name: "github_comment",
 						Args: map[string]any{"repo": "octo/repo", "number": 9, "body": "Looks good."}}}},
@@ -59,8 +84,8 @@ func TestWorkerCrashProbe(t *testing.T) {
 			tr := e.waitDone(t, ref, first, second)
 			results := checkOneResult(t, tr)
 			comments := fake.Comments("octo/repo", 9)
-			if len(comments) != 1 {
-				t.Fatalf("%d comments, want 1: %+v", len(comments), comments)
+			if len(comments) != 1 || comments[0].Installation != tt.installation {
+				t.Fatalf("%d comments, want 1 by installation %d: %+v", len(comments), tt.installation, comments)
 			}
 			for id, r := range results {
 				if r.IsError || !strings.HasPrefix(r.Result, fmt.Sprintf("posted comment %d ", comments[0].ID)) {
