@@ -61,6 +61,10 @@ const (
 	Failed Outcome = "error"
 	// Duplicate: the event was handled before; nothing is evaluated.
 	Duplicate Outcome = "duplicate"
+	// Refused: the host's rule for delegations refused the event (a hop
+	// limit, a cycle, an input the agent does not read); the reason goes
+	// back to the delegating session.
+	Refused Outcome = "refused"
 )
 
 // Decision is admission's answer for one agent (or, for Rejected with no
@@ -194,6 +198,12 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 			return nil, fmt.Errorf("%w: %q", ErrUnknownAgent, to)
 		}
 		agents = []*policies.Compiled{c}
+	}
+	if e.Type() == events.TypeDelegate {
+		if len(agents) != 1 || e.Extensions()[events.ExtAgent] == nil {
+			return nil, fmt.Errorf("%w: delegate event %s is addressed to no agent (extension %s)", ErrBadData, e.ID(), events.ExtAgent)
+		}
+		return a.decideDelegation(e, agents[0])
 	}
 	reads := false
 	for _, c := range agents {

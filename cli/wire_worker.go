@@ -7,17 +7,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/ghapp"
+	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/proctree"
@@ -100,8 +106,17 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, err
 	}
+	// Delegate calls start their sessions through the same pipeline as
+	// every event: dedupe, admission (its rules kept current here) and
+	// publish.
+	rules := admission.NewRules()
+	admit, err := delegationAdmit(ctx, rt, rules, log)
+	if err != nil {
+		return Component{}, err
+	}
 	w, err := worker.New(ctx, rt.JS, worker.Config{
 		ID:          id,
+		Admit:       admit,
 		Names:       rt.Names,
 		Definitions: storeDefinitions{store},
 		Models: func(spec policies.Model) (model.Model, error) {
@@ -124,7 +139,51 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	}
 	// A worker apart (`jetloop worker --http`) serves its own metrics.
 	mountMetrics(rt.Mux)
-	return Component{Name: "worker " + id, Run: w.Run}, nil
+	return Component{Name: "worker " + id, Run: func(ctx context.Context) error {
+		wctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := rules.Watch(wctx, store, log); err != nil {
+				log.Error("admission definitions of delegations no longer watched", "err", err)
+			}
+		})
+		defer wg.Wait()
+		defer cancel()
+		return w.Run(ctx)
+	}}, nil
+}
+
+// delegationAdmit is the admission pipeline of a worker's delegate calls
+// (ingest.Pipeline over rules): a refusal, an unknown agent or a malformed
+// delegation is an answer for the calling model, anything else an error
+// to try again.
+func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, log *slog.Logger) (worker.AdmitFunc, error) {
+	adm, err := admission.New(ctx, rt.JS, rules, admission.Config{Names: rt.Names, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	dd, err := dedupe.New(ctx, rt.JS, dedupe.Config{Names: rt.Names})
+	if err != nil {
+		return nil, err
+	}
+	pipe := ingest.Pipeline(rt.JS, dd, adm, rt.Names, nil, int(rt.NC.MaxPayload())-64<<10)
+	return func(ctx context.Context, e event.Event) (worker.Admission, error) {
+		res, err := pipe(ctx, &ingest.Delivery{Event: e, Receiver: "delegate"})
+		switch {
+		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrTooLarge):
+			return worker.Admission{Refused: []string{err.Error()}}, nil
+		case err != nil:
+			return worker.Admission{}, err
+		}
+		out := worker.Admission{Duplicate: res.Duplicate}
+		for _, t := range res.Admitted {
+			out.Admitted = append(out.Admitted, t.Agent+"/"+t.Session)
+		}
+		for _, r := range res.Refused {
+			out.Refused = append(out.Refused, r.Reason)
+		}
+		return out, nil
+	}, nil
 }
 
 // workerTools are the tools a worker runs. Definitions are checked

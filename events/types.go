@@ -10,6 +10,18 @@ const (
 	// request's Idempotency-Key, else a new id; its subject is the session.
 	TypeRequest = "dev.jetloop.request"
 
+	// TypeDelegate starts a child session: a session's delegate call,
+	// published through admission to the child's subject with ExtParent and
+	// ExtHops. Its id derives from the parent's call id, so a repeated
+	// publish is one event; its data is the task, the inputs, the carved
+	// budget and the chain of delegations above it (see package worker).
+	TypeDelegate = "dev.jetloop.delegate"
+
+	// TypeDelegateResult is a child session's answer to the call that
+	// started it, published by the child's worker to the parent's subject
+	// when the child's run ends; the parent settles the call with it.
+	TypeDelegateResult = "dev.jetloop.delegate.result"
+
 	// typeControlPrefix prefixes the type of every control message.
 	typeControlPrefix = "dev.jetloop.control."
 
@@ -27,7 +39,8 @@ const (
 	// ExtHops counts delegation hops, so the runtime can cap the depth of
 	// agents starting agents.
 	ExtHops = "jlhops"
-	// ExtParent names the parent session of a sub-session.
+	// ExtParent names the parent session of a sub-session, as
+	// "agent/session".
 	ExtParent = "jlparent"
 )
 

@@ -57,7 +57,7 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 				res := &Result{ID: e.ID(), Duplicate: true, Admitted: []Target{}}
 				var first Result
 				if len(ent.Outcome) > 0 && json.Unmarshal(ent.Outcome, &first) == nil && first.Admitted != nil {
-					res.Admitted = first.Admitted
+					res.Admitted, res.Refused = first.Admitted, first.Refused
 				}
 				return res, nil
 			}

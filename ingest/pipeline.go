@@ -38,6 +38,16 @@ type Result struct {
 	ID        string   `json:"id"`
 	Duplicate bool     `json:"duplicate"`
 	Admitted  []Target `json:"admitted"`
+	// Refused lists the agents whose rules for addressed events refused
+	// it, with why (a delegation over its tree's hop limit, say).
+	Refused []Refusal `json:"refused,omitempty"`
+}
+
+// Refusal is an agent's refusal of an event addressed to it.
+type Refusal struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session,omitempty"`
+	Reason  string `json:"reason"`
 }
 
 // Target is one session an event was admitted to.

@@ -54,6 +54,8 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 				msg.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
 				msgs = append(msgs, msg)
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session})
+			case admission.Refused:
+				res.Refused = append(res.Refused, Refusal{Agent: dec.Agent, Session: dec.Session, Reason: dec.Reason})
 			case admission.Debounced:
 				ref, err := dec.Ref()
 				if err != nil {

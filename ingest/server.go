@@ -174,9 +174,24 @@ func (s *Server) Readmit(ctx context.Context, e event.Event, agent string) ([]st
 // the sender and built the CloudEvent: dedupe, then admission, then
 // publish. Read it top to bottom.
 func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) Handler {
+	return Pipeline(js, store, adm, s.cfg.Names, s.m, s.cfg.MaxEventSize)
+}
+
+// Pipeline is the path of every event once it is built: dedupe, then
+// admission, then publish, with the claim check for data larger than
+// maxEventSize bytes (0: events.MaxEventSize). The receivers run it, and
+// so does a process that makes events of its own that must be admitted
+// like any other: a worker starting a delegated session.
+func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter, names streams.Names, m *Metrics, maxEventSize int) Handler {
+	if maxEventSize <= 0 || maxEventSize > events.MaxEventSize {
+		maxEventSize = events.MaxEventSize
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
 	return Chain(
-		Publish(js, adm, s.cfg.Names, s.m, WithClaimCheck(s.cfg.MaxEventSize)),
-		Deduplicate(store, adm, js, s.m),
+		Publish(js, adm, names, m, WithClaimCheck(maxEventSize)),
+		Deduplicate(store, adm, js, m),
 		Admit(adm),
 	)
 }
@@ -320,6 +335,11 @@ func (s *Server) cloudEvent(r *http.Request, body []byte) (*Delivery, *answer, e
 	// mode's envelope is held to that by its parser).
 	if isJSON(e.DataContentType()) && len(e.DataEncoded) > 0 && !json.Valid(e.DataEncoded) {
 		return nil, nil, fmt.Errorf("%w: data of event %s is declared %s but is not one JSON value", ErrBadRequest, e.ID(), e.DataContentType())
+	}
+	// Delegations and their answers are the runtime's own events: a
+	// sender cannot start a child session or answer for one.
+	if t := e.Type(); t == events.TypeDelegate || t == events.TypeDelegateResult {
+		return nil, nil, fmt.Errorf("%w: event type %s is the runtime's own: sessions delegate with the delegate tool", ErrBadRequest, t)
 	}
 	// The worker caps delegation depth by this count: it must be one.
 	if v, ok := e.Extensions()[events.ExtHops]; ok {

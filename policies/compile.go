@@ -300,6 +300,27 @@ func CheckName(name string) error {
 	return nil
 }
 
+// checkReads checks the names of an agent's reads:.
+func checkReads(c *checker, reads []string) {
+	if reads != nil && len(reads) == 0 {
+		c.addf("reads", "empty: name what the agent receives when delegated to (inputs, and %q for the task), or leave reads out to receive the task and any input", ReadTask)
+	}
+	if len(reads) > tools.MaxInputs+1 {
+		c.addf("reads", "%d names: at most %d inputs and %q", len(reads), tools.MaxInputs, ReadTask)
+	}
+	seen := map[string]bool{}
+	for i, r := range reads {
+		f := fmt.Sprintf("reads[%d]", i)
+		switch {
+		case !tools.InputName.MatchString(r):
+			c.addf(f, "%q: want an input name of 1 to 64 letters, digits, '-' and '_'", r)
+		case seen[r]:
+			c.addf(f, "%q listed twice", r)
+		}
+		seen[r] = true
+	}
+}
+
 // compile validates d and compiles its rules, adding every problem to c.
 func compile(d Definition, c *checker) *Compiled {
 	out := &Compiled{Definition: d}
@@ -331,6 +352,10 @@ func compile(d Definition, c *checker) *Compiled {
 	if b.MaxTurns < 0 || b.MaxTokens < 0 || b.MaxCostUSD < 0 || b.MaxHops < 0 {
 		c.addf("budget", "limits must not be negative")
 	}
+	if b.MaxHops > MaxHops {
+		c.addf("budget.max_hops", "%d: want 0 (default %d) to %d delegation levels", b.MaxHops, DefaultMaxHops, MaxHops)
+	}
+	checkReads(c, d.Reads)
 	seen = map[string]bool{}
 	for i, t := range d.Triggers {
 		f := fmt.Sprintf("triggers[%d]", i)

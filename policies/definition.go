@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetloop/jetloop/ghapp"
@@ -19,7 +20,14 @@ type Definition struct {
 	// System is the system prompt.
 	System string `yaml:"system,omitempty" json:"system,omitempty"`
 	// Tools names the tools the agent may call.
-	Tools     []string   `yaml:"tools,omitempty" json:"tools,omitempty"`
+	Tools []string `yaml:"tools,omitempty" json:"tools,omitempty"`
+	// Reads is what the agent receives when a session delegates to it:
+	// the names of the inputs it may be given, and "task" for the task
+	// text the delegating session wrote. The runtime refuses a delegation
+	// that offers anything else, and the child's context holds only what
+	// it reads (a reviewer that reads [diff] sees the diff and nothing of
+	// the session that wrote it). Unset: the task and any inputs.
+	Reads     []string   `yaml:"reads,omitempty" json:"reads,omitempty"`
 	Budget    Budget     `yaml:"budget,omitempty" json:"budget,omitzero"`
 	Triggers  []Trigger  `yaml:"triggers,omitempty" json:"triggers,omitempty"`
 	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
@@ -119,7 +127,29 @@ type Budget struct {
 	MaxTokens  int64    `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
 	Deadline   Duration `yaml:"deadline,omitempty" json:"deadline,omitzero"`
 	MaxCostUSD float64  `yaml:"max_cost_usd,omitempty" json:"max_cost_usd,omitempty"`
-	MaxHops    int      `yaml:"max_hops,omitempty" json:"max_hops,omitempty"`
+	// MaxHops bounds how deep a run's delegations go: a run may start
+	// sessions MaxHops levels below it at most (DefaultMaxHops when 0);
+	// the ceiling a root sets holds for its whole tree.
+	MaxHops int `yaml:"max_hops,omitempty" json:"max_hops,omitempty"`
+}
+
+// Delegation bounds.
+const (
+	// DefaultMaxHops is the delegation depth a run allows when its
+	// budget sets no max_hops.
+	DefaultMaxHops = 4
+	// MaxHops bounds budget.max_hops.
+	MaxHops = 32
+	// ReadTask is the name in reads: of the delegating session's task.
+	ReadTask = "task"
+)
+
+// ReadsTask reports whether the agent receives a delegation's task text.
+func (d Definition) ReadsTask() bool { return d.Reads == nil || slices.Contains(d.Reads, ReadTask) }
+
+// ReadsInput reports whether the agent may receive the input called name.
+func (d Definition) ReadsInput(name string) bool {
+	return d.Reads == nil || name != ReadTask && slices.Contains(d.Reads, name)
 }
 
 // Trigger admits events for the agent.

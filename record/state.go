@@ -24,6 +24,10 @@ const (
 	StatusBlocked Status = "blocked"
 	// StatusPaused: interrupted; resumes on a resume control message.
 	StatusPaused Status = "paused"
+	// StatusWaiting: the run waits for the sessions it delegated to
+	// (State.Children) and holds no compute; each child's answer settles
+	// its call, and the run goes on when every one has answered.
+	StatusWaiting Status = "waiting"
 	// StatusQueued: the session has an event to start a run with (or a
 	// run to continue) and waits for a slot of its agent's concurrency
 	// limit; WaitingFor says which. The event waits in JL_IN.
@@ -44,7 +48,7 @@ const (
 
 // Statuses lists every status, in the order of the constants.
 func Statuses() []Status {
-	return []Status{StatusIdle, StatusWorking, StatusBlocked, StatusPaused, StatusQueued, StatusDone, StatusFailed, StatusCancelled, StatusBudgetExceeded}
+	return []Status{StatusIdle, StatusWorking, StatusBlocked, StatusPaused, StatusWaiting, StatusQueued, StatusDone, StatusFailed, StatusCancelled, StatusBudgetExceeded}
 }
 
 // Known reports whether s is one of Statuses.
@@ -59,8 +63,15 @@ func (s Status) Final() bool { return s == StatusCancelled }
 // waits to start or continue (a queued session's event is still to run).
 func (s Status) Resting() bool { return s != StatusWorking && s != StatusQueued }
 
-// Waiting reports whether the session waits for a human or a resume.
-func (s Status) Waiting() bool { return s == StatusBlocked || s == StatusPaused }
+// Waiting reports whether the session's run waits, holding nothing: for a
+// human, a resume, or the sessions it delegated to.
+func (s Status) Waiting() bool { return s == StatusBlocked || s == StatusPaused || s == StatusWaiting }
+
+// Ended reports whether the run of a session in status s is over: it
+// ended with an answer, failed, ran out of budget or was cancelled.
+func (s Status) Ended() bool {
+	return s == StatusDone || s == StatusFailed || s == StatusBudgetExceeded || s == StatusCancelled
+}
 
 // Kind is the kind of a transcript entry.
 type Kind string
@@ -297,6 +308,52 @@ type Origin struct {
 	// Ephemeral marks a session an ephemeral schedule started for one
 	// tick.
 	Ephemeral bool `json:"ephemeral,omitempty"`
+	// Delegation is where a delegated session came from: the session and
+	// call that started it, and the chain above. Nil for a session no
+	// delegate call started.
+	Delegation *Delegation `json:"delegation,omitempty"`
+}
+
+// Delegation is the origin of a session a delegate call started, and what
+// it owes the call.
+type Delegation struct {
+	// Parent is the delegating session, "agent/session", and CallID the
+	// delegate call this session answers.
+	Parent string `json:"parent"`
+	CallID string `json:"call_id"`
+	// Event is the id of the delegate event, and Seq its JL_IN sequence:
+	// the run that event started is the one that answers.
+	Event string `json:"event"`
+	Seq   uint64 `json:"seq"`
+	// Task is the task the parent gave (kept here even when the agent
+	// does not read it).
+	Task string `json:"task"`
+	// Hops is the session's depth below the root (a child of a root is 1)
+	// and MaxHops the deepest its tree may go.
+	Hops    int `json:"hops"`
+	MaxHops int `json:"max_hops"`
+	// Path is the chain from the tree's root down to the parent.
+	Path []events.Hop `json:"path"`
+	// Budget is what the parent let this session spend; DeadlineAt its
+	// deadline (the parent's), zero when none.
+	Budget     policies.Budget `json:"budget,omitzero"`
+	DeadlineAt time.Time       `json:"deadline_at,omitzero"`
+	// Run is the session's run that answers (Account.Runs when it
+	// started); the carved budget binds it alone.
+	Run int `json:"run"`
+	// Answered is set once the answer is published to the parent.
+	Answered bool `json:"answered,omitempty"`
+}
+
+// Child is a session a delegate call of the current run started, whose
+// answer the call waits for.
+type Child struct {
+	CallID  string `json:"call_id"`
+	Session string `json:"session"`
+	// Cancel is set when the run ended without the child's answer: the
+	// reason a cancel is owed to the child (the child leaves the list
+	// once the cancel is published).
+	Cancel string `json:"cancel,omitempty"`
 }
 
 // Standing is where a session stands and what it waits on.
@@ -308,7 +365,8 @@ type Standing struct {
 	// budget.
 	Reason string `json:"reason,omitempty"`
 	// WaitingFor is what a blocked session waits for: the question of an
-	// ask_human call, or the call id of a pending approval.
+	// ask_human call, or the call id of a pending approval; for a waiting
+	// one, the sessions it delegated to that have not answered.
 	WaitingFor string `json:"waiting_for,omitempty"`
 	// BlockedCall is the call a blocked session waits on.
 	BlockedCall string `json:"blocked_call,omitempty"`
@@ -397,6 +455,9 @@ func DecodeState(b []byte) (State, error) {
 // Account is what a session has consumed, over its life and in its
 // current (or last) run.
 type Account struct {
+	// Runs counts the runs started over the session's life: the current
+	// (or last) run is number Runs.
+	Runs int `json:"runs,omitempty"`
 	// Turns counts model calls made over the session's life (a re-made
 	// call counts once); it numbers the turns.
 	Turns int `json:"turns"`
@@ -413,6 +474,12 @@ type Account struct {
 	// run's tool calls: a run with any counts as failed for its version's
 	// rollout guard.
 	RunToolErrors int `json:"run_tool_errors,omitempty"`
+	// Delegated is what the sessions this one delegated to consumed, with
+	// everything they delegated in turn, over the session's life, and
+	// RunDelegated that of the current (or last) run: settled from the
+	// children's answers.
+	Delegated    Tree `json:"delegated,omitzero"`
+	RunDelegated Tree `json:"run_delegated,omitzero"`
 	// UnknownUsage counts model calls interrupted before settlement: they
 	// may have been billed, their usage is unknown.
 	UnknownUsage int `json:"unknown_usage_calls,omitempty"`
@@ -421,6 +488,19 @@ type Account struct {
 	RunStarted time.Time `json:"run_started,omitzero"`
 	// RunEnded is when the last run came to rest.
 	RunEnded time.Time `json:"run_ended,omitzero"`
+}
+
+// Tree is the usage of delegated sessions: their turns and model usage,
+// and how many sessions answered.
+type Tree struct {
+	Sessions int         `json:"sessions"`
+	Turns    int         `json:"turns"`
+	Usage    model.Usage `json:"usage"`
+}
+
+// Add returns the sum of t and u.
+func (t Tree) Add(u Tree) Tree {
+	return Tree{Sessions: t.Sessions + u.Sessions, Turns: t.Turns + u.Turns, Usage: t.Usage.Add(u.Usage)}
 }
 
 // Cursor is how far a session has read and written: its transcript and
@@ -460,6 +540,17 @@ type Work struct {
 	// Slot is the concurrency slot the current (or last) run holds while
 	// it works; nil when its agent has no concurrency limit.
 	Slot *Slot `json:"slot,omitempty"`
+	// Children are the sessions the run delegated to whose answers its
+	// calls still wait for, and the ones a cancel is still owed to.
+	Children []Child `json:"children,omitempty"`
+	// RunTask is the digest (events.TaskDigest) of the input that started
+	// the current run: the session's task on the delegation paths of the
+	// sessions it delegates to, for the cycle rule.
+	RunTask string `json:"run_task,omitempty"`
+	// Ledger names the run the session's jl_ledger account counts: set
+	// when a run delegates or was delegated to, for its steps to report
+	// their usage up the tree; empty otherwise.
+	Ledger string `json:"ledger,omitempty"`
 }
 
 // Fence is who wrote the state last, and when.
@@ -502,7 +593,8 @@ func NewState(agent, session string, now time.Time) State {
 }
 
 // SetStatus changes the status and, when it changed, Since; a status
-// other than blocked clears what a blocked session waits on.
+// other than blocked clears what a blocked session waits on (and other
+// than waiting, WaitingFor).
 func (s *State) SetStatus(st Status, reason string, now time.Time) {
 	if s.Status != st {
 		s.Since = now
@@ -510,8 +602,11 @@ func (s *State) SetStatus(st Status, reason string, now time.Time) {
 	s.Status = st
 	s.Reason = reason
 	if st != StatusBlocked {
-		s.WaitingFor, s.BlockedCall, s.Approval = "", "", ""
+		s.BlockedCall, s.Approval = "", ""
 		s.WaitUntil, s.OnTimeout, s.Escalated = time.Time{}, "", time.Time{}
+	}
+	if st != StatusBlocked && st != StatusWaiting {
+		s.WaitingFor = ""
 	}
 	if st != StatusQueued {
 		s.Queued = nil
@@ -543,6 +638,12 @@ func (s State) Clone() State {
 	if s.Pending != nil && s.Pending.Compaction != nil {
 		cp := *s.Pending.Compaction
 		c.Pending.Compaction = &cp
+	}
+	c.Children = append([]Child(nil), s.Children...)
+	if s.Delegation != nil {
+		d := *s.Delegation
+		d.Path = append([]events.Hop(nil), s.Delegation.Path...)
+		c.Delegation = &d
 	}
 	return c
 }

@@ -98,6 +98,10 @@ func (n Names) BucketSpend() string { return n.p() + "_spend" }
 // BucketSchedules holds schedule health (jl_schedules).
 func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
 
+// BucketLedger holds the usage counters of delegation trees, shared by
+// every worker (jl_ledger).
+func (n Names) BucketLedger() string { return n.p() + "_ledger" }
+
 // ObjectBlobs is the object store for large tool results (jl_blobs).
 func (n Names) ObjectBlobs() string { return n.p() + "_blobs" }
 
@@ -388,6 +392,22 @@ func (n Names) ResultBlob(r SessionRef, callID string) (string, error) {
 	}
 	return r.Key() + ".result." + ct, nil
 }
+
+// InputBlob is the name in jl_blobs of an input a delegated session was
+// given: <agent>.<session>.input.<name>, the input's name encoded as a
+// token. ParseSessionKey reads the session back from it, so the session
+// that received it may read it and its parent's other blobs stay its
+// parent's.
+func (n Names) InputBlob(r SessionRef, input string) (string, error) {
+	it, err := events.EncodeToken(input)
+	if err != nil {
+		return "", fmt.Errorf("streams: input name: %w", err)
+	}
+	return r.Key() + ".input." + it, nil
+}
+
+// LedgerKey is a session's key in jl_ledger: <agent>.<session>.
+func (n Names) LedgerKey(r SessionRef) string { return r.Key() }
 
 // EventBlob is the name in jl_blobs of the data of an event too large
 // for a message, as delivered to one session:

@@ -183,6 +183,8 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: spend per agent and day", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker",
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
+		kv(n.BucketLedger(), "usage of delegation trees: each session's run, its ceiling and the usage of every session below it, shared by every worker",
+			jetstream.KeyValueConfig{Description: "jetloop: delegation ledger", History: 1, Storage: st, Replicas: r}, nil),
 		{
 			Kind: KindObject, Name: n.ObjectBlobs(),
 			Purpose: "large tool results kept out of the context",

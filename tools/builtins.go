@@ -132,7 +132,7 @@ func Names() []string {
 }
 
 // Builtins returns the built-in tools: shell, http_get, http_request,
-// ask_human, read_blob, read_event, notes_read and notes_write. Invalid
+// ask_human, delegate, read_blob, read_event, notes_read and notes_write. Invalid
 // settings (see Validate) are replaced by defaults; call Validate first to
 // refuse them instead.
 func Builtins(cfg BuiltinConfig) []Tool {
@@ -149,6 +149,7 @@ func Builtins(cfg BuiltinConfig) []Tool {
 		&httpTool{get: true, client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
 		&httpTool{client: client, timeout: cfg.HTTPTimeout, maxBody: cfg.HTTPMaxBody},
 		askHuman{},
+		delegate{},
 		&readBlob{blobs: cfg.Blobs, sessions: cfg.Sessions, names: cfg.Names, limit: cfg.BlobReadLimit},
 		&readEvent{events: cfg.Events, names: cfg.Names, limit: cfg.BlobReadLimit},
 		&notesRead{kv: cfg.Sessions, names: cfg.Names},

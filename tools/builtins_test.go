@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetloop/jetloop/tools"
 )
@@ -20,6 +21,7 @@ func TestBuiltinSpecs(t *testing.T) {
 		{name: "http_get", replaySafe: true, state: tools.Stateless},
 		{name: "http_request", replaySafe: false, state: tools.Resource},
 		{name: "ask_human", replaySafe: true, state: tools.Stateless},
+		{name: "delegate", replaySafe: true, state: tools.Resource},
 		{name: "read_blob", replaySafe: true, state: tools.Stateless},
 		{name: "read_event", replaySafe: true, state: tools.Stateless},
 		{name: "notes_read", replaySafe: true, state: tools.Stateless},
@@ -60,6 +62,40 @@ func TestAskHumanBlocks(t *testing.T) {
 	res, err = r.Run(t.Context(), "ask_human", call(`{"question":""}`))
 	if err != nil || res.Block || !res.IsError {
 		t.Fatalf("empty question = %+v, %v; want an error result", res, err)
+	}
+}
+
+// The delegate tool reads its arguments for the runtime: every input
+// form, the budget, and refusals the model can correct.
+func TestDelegateArgs(t *testing.T) {
+	r := shellRegistry(t, tools.BuiltinConfig{})
+	res, err := r.Run(t.Context(), "delegate", call(`{"agent":"reviewer","task":"Review it.",
+		"inputs":{"diff":{"file":"change.diff"},"note":"plain text","why":{"result":"call_1_0"},"big":{"blob":"impl.s.result.call_2"},"t":{"text":"x"}},
+		"budget":{"max_cost_usd":0.5,"max_turns":3,"deadline":"2m"}}`))
+	if err != nil || res.IsError || res.Delegate == nil {
+		t.Fatalf("Run = %+v, %v; want a delegation", res, err)
+	}
+	d := res.Delegate
+	if d.Agent != "reviewer" || d.Task != "Review it." || d.Inputs["diff"].File != "change.diff" || *d.Inputs["note"].Text != "plain text" ||
+		d.Inputs["why"].Result != "call_1_0" || d.Inputs["big"].Blob != "impl.s.result.call_2" || *d.Inputs["t"].Text != "x" {
+		t.Fatalf("delegation %+v", d)
+	}
+	if d.Budget.MaxCostUSD != 0.5 || d.Budget.MaxTurns != 3 || d.Budget.Deadline != 2*time.Minute {
+		t.Fatalf("budget %+v", d.Budget)
+	}
+	for _, tt := range []struct{ name, args, want string }{
+		{name: "no task", args: `{"agent":"reviewer"}`, want: "task"},
+		{name: "two forms", args: `{"agent":"r","task":"t","inputs":{"d":{"file":"a","blob":"b"}}}`, want: "inputs"},
+		{name: "bad name", args: `{"agent":"r","task":"t","inputs":{"a b":"x"}}`, want: "a b"},
+		{name: "bad deadline", args: `{"agent":"r","task":"t","budget":{"deadline":"soon"}}`, want: "deadline"},
+		{name: "more budget fields", args: `{"agent":"r","task":"t","budget":{"max_hops":9}}`, want: "max_hops"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := r.Run(t.Context(), "delegate", call(tt.args))
+			if err != nil || !res.IsError || res.Delegate != nil || !strings.Contains(res.Content, tt.want) {
+				t.Fatalf("Run = %+v, %v; want an error result naming %s", res, err, tt.want)
+			}
+		})
 	}
 }
 

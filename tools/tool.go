@@ -79,6 +79,10 @@ type Result struct {
 	// Block asks the runtime to park the session as blocked until a human
 	// answers (ask_human); Content is the question.
 	Block bool `json:",omitempty"`
+	// Delegate asks the runtime to start a child session with the
+	// delegation (the delegate tool) and to park the session until the
+	// child answers; its answer becomes the call's result.
+	Delegate *Delegation `json:",omitempty"`
 }
 
 // ErrUnknownTool reports a call to a tool that is not registered.

@@ -22,6 +22,9 @@ func budget(st record.State, kind record.StepKind, now time.Time) (limit, reason
 	case l.Deadline > 0 && !st.RunStarted.IsZero() && now.Sub(st.RunStarted) >= l.Deadline.D():
 		return "deadline", fmt.Sprintf("deadline %s passed (run started %s)", l.Deadline.D(), st.RunStarted.Format(time.RFC3339))
 	}
+	if at := runDeadline(st); !at.IsZero() && !now.Before(at) {
+		return "deadline", fmt.Sprintf("the deadline of the delegating run passed (%s)", at.Format(time.RFC3339))
+	}
 	return "", ""
 }
 
@@ -49,10 +52,7 @@ func (s *session) stepContext(ctx context.Context) (context.Context, context.Can
 
 // deadlineContext bounds ctx by the run's deadline and its tick's timeout.
 func (s *session) deadlineContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	var deadline time.Time
-	if d := s.st.Limits.Deadline.D(); d > 0 && !s.st.RunStarted.IsZero() {
-		deadline = s.st.RunStarted.Add(d)
-	}
+	deadline := runDeadline(s.st)
 	if t := s.st.Tick; t != nil && t.Result == "" && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
 		deadline = t.Deadline
 	}

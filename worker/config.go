@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/proctree"
@@ -115,6 +117,24 @@ type TracePoint struct {
 	Compact bool
 }
 
+// AdmitFunc runs an event the worker makes (the start of a delegated
+// session) through the pipeline every event takes: dedupe, admission and
+// publish (ingest.Pipeline), and says what it decided. An error means
+// the event may not be stored and should be made again; a refusal is an
+// answer.
+type AdmitFunc func(ctx context.Context, e event.Event) (Admission, error)
+
+// Admission is what the pipeline decided for an event.
+type Admission struct {
+	// Duplicate: the event was handled before; Admitted and Refused are
+	// what was decided then.
+	Duplicate bool
+	// Admitted are the sessions the event went to, "agent/session".
+	Admitted []string
+	// Refused are the reasons its agent refused it.
+	Refused []string
+}
+
 // Config configures a Worker. The zero values of optional fields are
 // usable defaults.
 type Config struct {
@@ -171,6 +191,10 @@ type Config struct {
 	// the agents it serves (one worker of many does each pass); default
 	// DefaultRetentionInterval, negative: never (Retain still works).
 	RetentionInterval time.Duration
+	// Admit publishes the delegate events of delegate calls through the
+	// admission pipeline. Nil: a delegate call answers that this worker
+	// cannot start sessions.
+	Admit AdmitFunc
 	// Log receives one line per event with agent, session, turn and step.
 	Log *slog.Logger
 	// Metrics collects Prometheus metrics; nil: unregistered ones.

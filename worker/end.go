@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jetloop/jetloop/record"
@@ -21,6 +22,11 @@ func (s *session) closeOpen(next *record.State, why string) []record.Entry {
 	if p := next.Pending; p != nil {
 		if p.Kind == record.StepTool {
 			inflight = p.CallID
+			// A delegate call in flight may have started its child.
+			if c, ok := s.inflightChild(p); ok && !slices.ContainsFunc(next.Children, func(x record.Child) bool { return x.CallID == c.CallID }) {
+				c.Cancel = why
+				next.Children = append(next.Children, c)
+			}
 		}
 		next.Steps = p.Step
 		next.Pending = nil
@@ -36,7 +42,7 @@ func (s *session) closeOpen(next *record.State, why string) []record.Entry {
 		out = append(out, e)
 	}
 	next.Calls = nil
-	return out
+	return append(out, s.closeChildren(next, why)...)
 }
 
 // mayHaveRun ends the result of a call stopped or lost while it ran.

@@ -66,6 +66,14 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		ev = tev
 	}
+	switch ev.Type() {
+	case events.TypeDelegateResult:
+		return s.childAnswered(ctx, in, ev, next)
+	case events.TypeDelegate:
+		if handled, err := s.delegation(ctx, in, ev, &next); handled || err != nil {
+			return err
+		}
+	}
 	if call, ok := s.threadAnswer(ev); ok {
 		e := s.eventEntry(&next, in, ev)
 		// A reply in the chat thread where ask_human asked is the answer.
@@ -100,6 +108,17 @@ func (s *session) input(ctx context.Context, in *input) error {
 	moved, err := s.resolveRun(ctx, &next)
 	if err != nil {
 		if errors.Is(err, errNoDefinition) {
+			if dl := next.Delegation; dl != nil && dl.Seq == in.seq {
+				// The delegating call must not wait for a run that will
+				// not start.
+				if aerr := s.publishAnswer(ctx, dl.Parent, dl.CallID, events.DelegationResult{
+					CallID: dl.CallID, Child: s.r.ref.String(), Status: string(record.StatusFailed), Reason: err.Error(),
+					Text: "delegated session did not start: " + err.Error(), IsError: true,
+				}); aerr != nil {
+					return aerr
+				}
+				dl.Answered = true
+			}
 			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NoDefinition, err.Error()); derr != nil {
 				return derr
 			}
@@ -114,6 +133,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	}
 	// The definition the run resolved renders the event.
 	entries[0].Text = s.eventText(ctx, ev, in.seq, e.Event.Count)
+	task := events.TaskDigest(entries[0].Text)
 	if moved != "" {
 		m := s.entry(&next, record.KindSystem)
 		m.Text = "definition: " + moved
@@ -149,7 +169,14 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.Thread = events.ThreadOf(ev)
 	// Budgets are per run.
 	next.RunTurns, next.RunUsage, next.RunToolErrors = 0, model.Usage{}, 0
+	next.RunDelegated, next.Ledger, next.RunTask = record.Tree{}, "", task
+	next.Runs++
 	next.RunStarted = time.Now().UTC()
+	if dl := next.Delegation; dl != nil && dl.Seq == in.seq {
+		if err := s.startDelegatedRun(ctx, ev, &next, &entries[0]); err != nil {
+			return err
+		}
+	}
 	next.SetStatus(record.StatusWorking, "", next.RunStarted)
 	// An input that came before the run began may act on it.
 	s.r.steerHint.Store(true)
@@ -273,6 +300,9 @@ func (s *session) next(ctx context.Context) error {
 	}
 	if len(s.st.Calls) > 0 {
 		return s.toolStep(ctx, s.st.Calls[0])
+	}
+	if awaited(s.st) > 0 {
+		return s.wait(ctx)
 	}
 	if len(s.st.Steers) > 0 {
 		return s.flushSteers(ctx)

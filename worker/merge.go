@@ -44,6 +44,12 @@ func (s *session) mergeNext(ctx context.Context, next *record.State, entries []r
 	if next.Status != record.StatusWorking || next.Pending != nil || s.def == nil || s.model == nil {
 		return 0
 	}
+	if next.Ledger != "" {
+		// A run of a delegation tree checks the tree's shared ledger
+		// before each step, and waits for its children: each step writes
+		// its own intent.
+		return 0
+	}
 	now := time.Now().UTC()
 	if next.TickExpired(now) {
 		return 0

@@ -33,6 +33,9 @@ type Metrics struct {
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	slots        *prometheus.CounterVec
+
+	delegations   *prometheus.CounterVec
+	ledgerReports *prometheus.CounterVec
 	busy         *prometheus.CounterVec
 
 	versionsMu sync.Mutex
@@ -134,13 +137,21 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "masked_results_total",
 			Help: "Tool results sent to a model call as a placeholder with a handle, summed over calls.",
 		}),
+		delegations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "delegations_total",
+			Help: "Delegate calls by the delegating agent, its definition version and outcome (started, refused: by the hop limit, a cycle or reads; answered; cancelled: with the run that started it).",
+		}, []string{"agent", "version", "outcome"}),
+		ledgerReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "ledger_reports_total",
+			Help: "Usage reports of delegated runs to their trees' accounts in jl_ledger, by result (ok; failed: the next report carries it).",
+		}, []string{"result"}),
 	}
 }
 
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults, m.delegations, m.ledgerReports} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -168,6 +179,7 @@ func (m *Metrics) version(agent string, v uint64) string {
 				m.steps.DeletePartialMatch(l)
 				m.stepSeconds.DeletePartialMatch(l)
 				m.budgetStops.DeletePartialMatch(l)
+				m.delegations.DeletePartialMatch(l)
 			}
 		}
 	}

@@ -128,7 +128,7 @@ func consumedBy(d delivery, st record.State) bool {
 	if d.ctl {
 		last = st.CtlSeq
 	}
-	return d.seq < last || (d.seq == last && st.Status.Resting() && st.Pending == nil)
+	return d.seq < last || (d.seq == last && st.Status.Resting() && st.Pending == nil && !owesAnswer(st) && !owesCancels(st))
 }
 
 // ack acknowledges the held deliveries that st records as consumed.
@@ -255,7 +255,7 @@ func (r *runner) session(ctx context.Context) error {
 	// dies).
 	if st, _, err := w.store.Load(ctx, r.ref); err == nil {
 		r.ack(st)
-		if st.Status.Resting() && st.Pending == nil && r.allConsumed(st) &&
+		if st.Status.Resting() && st.Pending == nil && r.allConsumed(st) && !owesAnswer(st) && !owesCancels(st) &&
 			(st.Tick == nil || st.Tick.Result != "" || st.Status.Waiting()) {
 			return nil
 		}

@@ -147,6 +147,11 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			err = s.withSlot(sctx, s.recover)
 		case s.st.Status == record.StatusWorking:
 			err = s.withSlot(sctx, s.next)
+		case owesCancels(s.st):
+			// A run that ended stops the sessions it delegated to first.
+			err = s.sendCancels(sctx)
+		case owesAnswer(s.st):
+			err = s.answer(sctx)
 		case s.st.Tick != nil && s.st.Tick.Result == "" && !s.st.Status.Waiting():
 			err = s.recordTickResult(sctx)
 		default:

@@ -38,7 +38,9 @@ func (s *session) modelIntent(next *record.State, now time.Time) record.Intent {
 // modelStep makes one model call: intent, call, settlement.
 func (s *session) modelStep(ctx context.Context) error {
 	now := time.Now().UTC()
-	if limit, reason := budget(s.st, record.StepModel, now); limit != "" {
+	if limit, reason, err := s.limitReached(ctx, record.StepModel, now, false); err != nil {
+		return err
+	} else if limit != "" {
 		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
 	}
 	if limit, reason, err := s.ceiling(ctx, s.st); err != nil {
@@ -63,7 +65,9 @@ func (s *session) modelStep(ctx context.Context) error {
 func (s *session) remakeModel(ctx context.Context, p record.Intent) error {
 	now := time.Now().UTC()
 	// The turn is counted already: max_turns does not stop its remaking.
-	if limit, reason := budget(s.st, record.StepModel, now); limit != "" && limit != "max_turns" {
+	if limit, reason, err := s.limitReached(ctx, record.StepModel, now, true); err != nil {
+		return err
+	} else if limit != "" {
 		next := s.st.Clone()
 		next.UnknownUsage++
 		return s.stopBudget(ctx, next, nil, limit, reason)
@@ -175,6 +179,8 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	}
 	s.merged(merged)
 	s.addSpend(ctx, in.Step, resp.Usage.CostUSD)
+	// The tree above learns what this step cost.
+	s.report(ctx)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
 	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
@@ -222,6 +228,7 @@ func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []reco
 	if u := stored[0].Usage; u != nil {
 		s.addSpend(ctx, p.Step, u.CostUSD)
 	}
+	s.report(ctx)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "adopted")...).Inc()
 	s.log.Info("model step settled with the answer stored before the interruption", "step", p.Step, "tool_calls", len(next.Calls), "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: p.Step, Recovery: true})

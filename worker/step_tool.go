@@ -27,6 +27,8 @@ type toolOutcome struct {
 	isErr bool
 	blob  string
 	block bool
+	// delegate is a delegate call's delegation, for the worker to start.
+	delegate *tools.Delegation
 }
 
 // runTool calls tool once. A runtime error and a panic become an error
@@ -52,7 +54,7 @@ func runTool(ctx context.Context, tool tools.Tool, c tools.Call, name string) (o
 		}
 		return toolOutcome{text: fmt.Sprintf("tool %s failed: %v", name, err), isErr: true}
 	}
-	return toolOutcome{text: res.Content, isErr: res.IsError, blob: res.Blob, block: res.Block}
+	return toolOutcome{text: res.Content, isErr: res.IsError, blob: res.Blob, block: res.Block, delegate: res.Delegate}
 }
 
 // toolIntent puts the intent of call in next.
@@ -78,7 +80,9 @@ func replayOf(tool toolsTool, found bool) record.Replay {
 func (s *session) toolStep(ctx context.Context, call record.CallRef) error {
 	now := time.Now().UTC()
 	tool, spec, found := s.lookup(call.Name)
-	if limit, reason := budget(s.st, record.StepTool, now); limit != "" {
+	if limit, reason, err := s.limitReached(ctx, record.StepTool, now, false); err != nil {
+		return err
+	} else if limit != "" {
 		return s.stopBudget(ctx, s.st.Clone(), nil, limit, reason)
 	}
 	if !found {
@@ -103,7 +107,9 @@ func (s *session) rerunTool(ctx context.Context, call record.CallRef, p record.I
 	if p.Attempt >= s.w.cfg.MaxRecoveries {
 		return s.settleResult(ctx, call, p, fmt.Sprintf("%s; interrupted %d times, not run again", interruptedText, p.Attempt+1), true, "")
 	}
-	if limit, reason := budget(s.st, record.StepTool, time.Now()); limit != "" {
+	if limit, reason, err := s.limitReached(ctx, record.StepTool, time.Now(), false); err != nil {
+		return err
+	} else if limit != "" {
 		next := s.st.Clone()
 		e := s.entry(&next, record.KindToolResult)
 		e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, interruptedText+"; not run again: budget exceeded", true
@@ -260,6 +266,9 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 	}
 	if res.block {
 		return s.block(ctx, call, in.Step, res.text)
+	}
+	if res.delegate != nil && !res.isErr {
+		return s.delegate(ctx, call, in, *res.delegate)
 	}
 	return s.settleResult(ctx, call, in, res.text, res.isErr, res.blob)
 }

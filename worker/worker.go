@@ -14,6 +14,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -49,6 +50,10 @@ type Worker struct {
 	// control message by its id, for as long as events are, so a message
 	// sent again after JL_CTL's duplicate window is applied once.
 	seen *dedupe.Store
+	// ledger holds the usage accounts of delegation trees.
+	ledger *ledger.Store
+	// blobs is jl_blobs: inputs of delegations too large for their event.
+	blobs jetstream.ObjectStore
 
 	mu      sync.Mutex
 	runners map[string]*runner // by session key
@@ -144,6 +149,12 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.seen = w.ticks
+	if w.ledger, err = ledger.Open(ctx, js, cfg.Names); err != nil {
+		return nil, err
+	}
+	if w.blobs, err = js.ObjectStore(ctx, cfg.Names.ObjectBlobs()); err != nil {
+		return nil, fmt.Errorf("worker: open object store %s: %w", cfg.Names.ObjectBlobs(), err)
+	}
 	return w, nil
 }
 

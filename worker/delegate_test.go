@@ -1,0 +1,437 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/ingest"
+	ledgerpkg "github.com/jetloop/jetloop/ledger"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// admitWith is the admission pipeline of delegate calls, as the worker's
+// wiring builds it, over fixed definitions.
+func admitWith(t *testing.T, e *env, d defs) worker.AdmitFunc {
+	t.Helper()
+	ctx := context.Background()
+	rules := admission.NewRules()
+	for _, def := range d {
+		if def.Version == 0 {
+			def.Version = 1
+		}
+		c, err := policies.Compile(def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules.Set(c)
+	}
+	adm, err := admission.New(ctx, e.js, rules, admission.Config{Names: e.names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dd, err := dedupe.New(ctx, e.js, dedupe.Config{Names: e.names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := ingest.Pipeline(e.js, dd, adm, e.names, nil, 0)
+	return func(ctx context.Context, ev event.Event) (worker.Admission, error) {
+		res, err := pipe(ctx, &ingest.Delivery{Event: ev, Receiver: "delegate"})
+		switch {
+		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest):
+			return worker.Admission{Refused: []string{err.Error()}}, nil
+		case err != nil:
+			return worker.Admission{}, err
+		}
+		out := worker.Admission{Duplicate: res.Duplicate}
+		for _, tg := range res.Admitted {
+			out.Admitted = append(out.Admitted, tg.Agent+"/"+tg.Session)
+		}
+		for _, r := range res.Refused {
+			out.Refused = append(out.Refused, r.Reason)
+		}
+		return out, nil
+	}
+}
+
+// reqLog is a model factory of scripted models that records every
+// request, by the model name the definition gives (the agent's, here).
+type reqLog struct {
+	mu   sync.Mutex
+	reqs map[string][]model.Request
+}
+
+func (r *reqLog) factory(spec policies.Model) (model.Model, error) {
+	inner, err := model.NewScripted(spec)
+	if err != nil {
+		return nil, err
+	}
+	return modelFunc(func(ctx context.Context, req model.Request) (model.Response, error) {
+		r.mu.Lock()
+		if r.reqs == nil {
+			r.reqs = map[string][]model.Request{}
+		}
+		r.reqs[req.Model] = append(r.reqs[req.Model], req)
+		r.mu.Unlock()
+		return inner.Complete(ctx, req)
+	}), nil
+}
+
+func (r *reqLog) of(name string) []model.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]model.Request(nil), r.reqs[name]...)
+}
+
+type modelFunc func(ctx context.Context, req model.Request) (model.Response, error)
+
+func (f modelFunc) Complete(ctx context.Context, req model.Request) (model.Response, error) { return f(ctx, req) }
+
+// delegateCall is a scripted delegate call.
+func delegateCall(agent, task string, inputs map[string]any, budget map[string]any) policies.ScriptToolCall {
+	args := map[string]any{"agent": agent, "task": task}
+	if inputs != nil {
+		args["inputs"] = inputs
+	}
+	if budget != nil {
+		args["budget"] = budget
+	}
+	return policies.ScriptToolCall{Name: "delegate", Args: args}
+}
+
+func builtinTools(t *testing.T, names ...string) worker.Tools {
+	t.Helper()
+	m := worker.ToolMap{}
+	for _, tool := range tools.Builtins(tools.BuiltinConfig{ShellGrace: time.Second}) {
+		for _, n := range names {
+			if tool.Spec().Name == n {
+				m[n] = tool
+			}
+		}
+	}
+	return m
+}
+
+func results(tr record.Transcript) []record.Entry {
+	var out []record.Entry
+	for _, e := range tr.Transcript {
+		if e.Kind == record.KindToolResult {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func childRef(t *testing.T, e *env, agent string, parent streams.SessionRef, call string) streams.SessionRef {
+	t.Helper()
+	return e.ref(t, agent, parent.Agent+"/"+parent.Session+"/"+call)
+}
+
+// A lead delegates to two reviewers in one answer: both run in sessions of
+// their own, each sees only the diff it was given (not the lead's
+// transcript, not the task it does not read), and the lead continues once
+// both answered, with each answer as its call's result.
+func TestDelegateFansOutAndIn(t *testing.T) {
+	e := setup(t)
+	rec := &reqLog{}
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"}, System: "LEAD-SECRET-SYSTEM",
+		Model: policies.Model{Provider: "scripted", Name: "lead", Script: []policies.ScriptEntry{
+			{Text: "LEAD-PRIVATE-REASONING: two reviews.", ToolCalls: []policies.ScriptToolCall{
+				delegateCall("rev", "LEAD-TASK-TEXT review A", map[string]any{"diff": "--- a\n+++ b\n-x\n+y\n"}, nil),
+				delegateCall("rev", "LEAD-TASK-TEXT review B", map[string]any{"diff": "--- a\n+++ b\n-x\n+y\n"}, nil),
+			}, Usage: policies.Usage{InputTokens: 10, OutputTokens: 5}},
+			{Text: "Both reviews are in."},
+		}}}
+	rev := policies.Definition{Name: "rev", Reads: []string{"diff"}, System: "Assume the diff is wrong.",
+		Model: policies.Model{Provider: "scripted", Name: "rev", Script: []policies.ScriptEntry{
+			{Text: "The change flips x to y without a test.", Usage: policies.Usage{InputTokens: 100, OutputTokens: 20}},
+		}}}
+	d := defs{"lead": lead, "rev": rev}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"lead", "rev"},
+		Models: rec.factory, Admit: admitWith(t, e, d)})
+	ref := e.ref(t, "lead", "pr-1")
+	e.send(t, ref, "review pull request 1")
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	res := results(tr)
+	if len(res) != 2 {
+		t.Fatalf("results %+v", res)
+	}
+	for _, r := range res {
+		if r.Name != "delegate" || r.IsError || r.Result != "The change flips x to y without a test." || r.Event == nil {
+			t.Fatalf("result %+v", r)
+		}
+	}
+	checkCalls(t, tr)
+	if last := tr.Transcript[len(tr.Transcript)-1]; last.Text != "Both reviews are in." {
+		t.Fatalf("last entry %+v", last)
+	}
+	// The lead's second call saw both results.
+	if reqs := rec.of("lead"); len(reqs) != 2 || len(reqs[1].Messages[len(reqs[1].Messages)-1].ToolResults) != 2 {
+		t.Fatalf("lead requests %+v", reqs)
+	}
+	// Each reviewer saw the diff and nothing of the lead.
+	revReqs := rec.of("rev")
+	if len(revReqs) != 2 {
+		t.Fatalf("%d reviewer requests", len(revReqs))
+	}
+	for _, req := range revReqs {
+		all := wholeRequest(req)
+		if !strings.Contains(all, "-x\n+y") {
+			t.Fatalf("reviewer request without the diff: %s", all)
+		}
+		for _, leak := range []string{"LEAD-SECRET-SYSTEM", "LEAD-PRIVATE-REASONING", "LEAD-TASK-TEXT", "review pull request 1"} {
+			if strings.Contains(all, leak) {
+				t.Fatalf("reviewer request holds %q of the lead: %s", leak, all)
+			}
+		}
+	}
+	// The children record where they came from; the lead what they used.
+	for _, call := range []string{"call_0_0", "call_0_1"} {
+		cref := childRef(t, e, "rev", ref, call)
+		st := state(t, e, cref)
+		if st.Delegation == nil || st.Delegation.Parent != "lead/pr-1" || st.Delegation.CallID != call || st.Delegation.Hops != 1 || !st.Delegation.Answered {
+			t.Fatalf("child %s delegation %+v", cref, st.Delegation)
+		}
+	}
+	st := state(t, e, ref)
+	if st.Delegated.Sessions != 2 || st.Delegated.Usage.Tokens() != 240 || st.Delegated.Turns != 2 || len(st.Children) != 0 {
+		t.Fatalf("lead delegated %+v, children %+v", st.Delegated, st.Children)
+	}
+	// The ledger counted the tree as it went.
+	lg, err := ledgerpkg.Open(context.Background(), e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := lg.Get(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := acct.Total(); len(acct.Parts) != 3 || tot.Turns != 4 || tot.Tokens() != 255 {
+		t.Fatalf("ledger account %+v, total %+v", acct, tot)
+	}
+}
+
+func wholeRequest(req model.Request) string {
+	var b strings.Builder
+	b.WriteString(req.System)
+	for _, m := range req.Messages {
+		b.WriteString("\n" + m.Text)
+		for _, c := range m.ToolCalls {
+			b.WriteString("\n" + string(c.Args))
+		}
+		for _, r := range m.ToolResults {
+			b.WriteString("\n" + r.Content)
+		}
+	}
+	return b.String()
+}
+
+// The host refuses, as a recorded decision, a delegation whose chain gave
+// the same agent the same task (A → B → A), one deeper than the tree's
+// max_hops, and one offering an input the agent does not read; each call
+// gets the reason as its error result.
+func TestDelegateRefusals(t *testing.T) {
+	e := setup(t)
+	a := policies.Definition{Name: "a", Tools: []string{"delegate"}, Budget: policies.Budget{MaxHops: 3},
+		Model: scripted(policies.ScriptEntry{Text: "To b.", ToolCalls: []policies.ScriptToolCall{delegateCall("b", "ping", nil, nil)}},
+			policies.ScriptEntry{Text: "a done."})}
+	b := policies.Definition{Name: "b", Tools: []string{"delegate"},
+		Model: scripted(policies.ScriptEntry{Text: "Back to a.", ToolCalls: []policies.ScriptToolCall{delegateCall("a", "PING ", nil, nil)}},
+			policies.ScriptEntry{Text: "b done."})}
+	shallow := policies.Definition{Name: "shallow", Tools: []string{"delegate"}, Budget: policies.Budget{MaxHops: 1},
+		Model: scripted(policies.ScriptEntry{Text: "Deeper.", ToolCalls: []policies.ScriptToolCall{
+			delegateCall("deep", "go down", nil, nil),
+			delegateCall("picky", "read this", map[string]any{"notes": "secret notes"}, nil),
+		}}, policies.ScriptEntry{Text: "shallow done."})}
+	deep := policies.Definition{Name: "deep", Tools: []string{"delegate"},
+		Model: scripted(policies.ScriptEntry{Text: "Deeper still.", ToolCalls: []policies.ScriptToolCall{delegateCall("b", "anything", nil, nil)}},
+			policies.ScriptEntry{Text: "deep done."})}
+	picky := policies.Definition{Name: "picky", Reads: []string{"diff"}, Model: scripted(policies.ScriptEntry{Text: "never runs"})}
+	d := defs{"a": a, "b": b, "shallow": shallow, "deep": deep, "picky": picky}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"a", "b", "shallow", "deep", "picky"},
+		Admit: admitWith(t, e, d)})
+
+	// a (asked "ping") → b ("ping") → a ("PING "): the same pair.
+	ra := e.ref(t, "a", "s1")
+	e.send(t, ra, "ping")
+	tr := e.waitStatus(t, ra, record.StatusDone)
+	rb := childRef(t, e, "b", ra, "call_0_0")
+	trb := e.waitStatus(t, rb, record.StatusDone)
+	r := results(trb)
+	if len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "cycle: a was given this task already") || !strings.Contains(r[0].Result, "a/s1 → b/a/s1/call_0_0 → a") {
+		t.Fatalf("b's result %+v", r)
+	}
+	if r := results(tr); len(r) != 1 || r[0].IsError || r[0].Result != "b done." {
+		t.Fatalf("a's result %+v", r)
+	}
+	if _, err := record.Show(context.Background(), e.js, e.names, childRef(t, e, "a", rb, "call_0_0")); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("the refused child exists: %v", err)
+	}
+	checkCalls(t, trb)
+
+	// shallow (max_hops 1) → deep (1) → b would be 2: refused; and picky
+	// does not read notes.
+	rs := e.ref(t, "shallow", "s1")
+	e.send(t, rs, "go")
+	trs := e.waitStatus(t, rs, record.StatusDone)
+	rdeep := childRef(t, e, "deep", rs, "call_0_0")
+	trd := e.waitStatus(t, rdeep, record.StatusDone)
+	if r := results(trd); len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "max_hops 1: b would be 2 delegations below shallow/s1") {
+		t.Fatalf("deep's result %+v", r)
+	}
+	r = results(trs)
+	if len(r) != 2 || r[0].CallID != "call_0_1" || !r[0].IsError || !strings.Contains(r[0].Result, "picky does not read notes: its definition reads only [diff]") ||
+		r[1].CallID != "call_0_0" || r[1].Result != "deep done." {
+		t.Fatalf("shallow's results %+v", r)
+	}
+
+	// Each refusal is an admission decision in JL_AUDIT.
+	decisions := auditDecisions(t, e)
+	for _, want := range []string{"b: refused: cycle:", "deep: refused: max_hops 1", "shallow: refused: picky does not read notes"} {
+		if !slices_containsPrefix(decisions, want) {
+			t.Errorf("no decision %q in %v", want, decisions)
+		}
+	}
+}
+
+// auditDecisions are the admission records of refused delegations, as
+// "<delegating session's agent>: refused: <reason>".
+func auditDecisions(t *testing.T, e *env) []string {
+	t.Helper()
+	ctx := context.Background()
+	recs, err := admission.Recent(ctx, e.js, e.names, "", time.Time{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		if r.Outcome == admission.Refused {
+			parent := strings.TrimPrefix(r.Event.Source, "/agents/")
+			parent, _, _ = strings.Cut(parent, "/")
+			out = append(out, parent+": refused: "+r.Reason)
+		}
+	}
+	return out
+}
+
+func slices_containsPrefix(list []string, prefix string) bool {
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// A child that would spend more than its parent's run has left is stopped
+// by its carved budget, and the parent's tree stops at the parent's
+// ceiling: the parent's ledger shows the child's spend.
+func TestDelegateBudgetIsCarved(t *testing.T) {
+	e := setup(t)
+	// claude-sonnet-4-5 list prices make 1000 input tokens cost $0.003.
+	priced := func(script ...policies.ScriptEntry) policies.Model {
+		return policies.Model{Provider: "scripted", Name: "claude-sonnet-4-5", Script: script}
+	}
+	boss := policies.Definition{Name: "boss", Tools: []string{"delegate"}, Budget: policies.Budget{MaxCostUSD: 0.01},
+		Model: priced(
+			policies.ScriptEntry{Text: "Over to the spender.", ToolCalls: []policies.ScriptToolCall{delegateCall("spender", "spend", nil, nil)},
+				Usage: policies.Usage{InputTokens: 1000}},
+			policies.ScriptEntry{Text: "never reached", Usage: policies.Usage{InputTokens: 1000}})}
+	spender := policies.Definition{Name: "spender", Tools: []string{"delegate"},
+		Model: priced(policies.ScriptEntry{Text: "Spending.", ToolCalls: []policies.ScriptToolCall{delegateCall("nobody", "x", nil, nil)}, Usage: policies.Usage{InputTokens: 2000}},
+			policies.ScriptEntry{Text: "More.", ToolCalls: []policies.ScriptToolCall{delegateCall("nobody", "y", nil, nil)}, Usage: policies.Usage{InputTokens: 2000}},
+			policies.ScriptEntry{Text: "never reached", Usage: policies.Usage{InputTokens: 2000}})}
+	d := defs{"boss": boss, "spender": spender}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"boss", "spender"},
+		Admit: admitWith(t, e, d)})
+	ref := e.ref(t, "boss", "b1")
+	e.send(t, ref, "go")
+	cref := childRef(t, e, "spender", ref, "call_0_0")
+	trc := e.waitStatus(t, cref, record.StatusBudgetExceeded)
+	if l := trc.Budget.Limits.MaxCostUSD; !strings.Contains(trc.Reason, "max_cost_usd 0.0070 reached") || l < 0.00699 || l > 0.00701 {
+		t.Fatalf("child reason %q, limits %+v", trc.Reason, trc.Budget.Limits)
+	}
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
+	r := results(tr)
+	if len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "ended budget_exceeded") {
+		t.Fatalf("boss's result %+v", r)
+	}
+	if !strings.Contains(tr.Reason, "max_cost_usd of this run and the sessions it delegated to") {
+		t.Fatalf("boss reason %q", tr.Reason)
+	}
+	st := state(t, e, ref)
+	if st.RunUsage.CostUSD != 0.003 || st.Delegated.Usage.CostUSD < 0.0119 || st.Delegated.Usage.CostUSD > 0.0121 {
+		t.Fatalf("boss own %+v, delegated %+v", st.RunUsage, st.Delegated)
+	}
+	lg, _ := ledgerpkg.Open(context.Background(), e.js, e.names)
+	acct, err := lg.Get(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot := acct.Total(); tot.CostUSD < 0.0149 || acct.Parts["spender/"+cref.Session].CostUSD < 0.0119 {
+		t.Fatalf("boss ledger %+v", acct)
+	}
+	checkCalls(t, tr)
+}
+
+// Cancelling the root cancels its running child and that child's running
+// child, whose shell process dies.
+func TestDelegateCancelCascades(t *testing.T) {
+	e := setup(t)
+	work := t.TempDir()
+	root := policies.Definition{Name: "root", Tools: []string{"delegate"},
+		Model: scripted(policies.ScriptEntry{Text: "Down.", ToolCalls: []policies.ScriptToolCall{delegateCall("mid", "middle", nil, nil)}})}
+	mid := policies.Definition{Name: "mid", Tools: []string{"delegate"},
+		Model: scripted(policies.ScriptEntry{Text: "Further down.", ToolCalls: []policies.ScriptToolCall{delegateCall("leaf", "sleep", nil, nil)}})}
+	leaf := policies.Definition{Name: "leaf", Tools: []string{"shell"},
+		Model: scripted(policies.ScriptEntry{Text: "Sleeping.", ToolCalls: []policies.ScriptToolCall{{Name: "shell", Args: map[string]any{"command": "echo $$ > pid.txt; exec sleep 60"}}}},
+			policies.ScriptEntry{Text: "Woke up."})}
+	d := defs{"root": root, "mid": mid, "leaf": leaf}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate", "shell"), Agents: []string{"root", "mid", "leaf"},
+		Admit: admitWith(t, e, d), WorkDir: work})
+	ref := e.ref(t, "root", "r1")
+	e.send(t, ref, "go")
+	mref := childRef(t, e, "mid", ref, "call_0_0")
+	lref := childRef(t, e, "leaf", mref, "call_0_0")
+	at, st, _ := strings.Cut(lref.Key(), ".")
+	pid := readPID(t, filepath.Join(work, at, st, "pid.txt"))
+	if !alive(pid) {
+		t.Fatalf("leaf's sleep %d is not running", pid)
+	}
+	e.waitStatus(t, ref, record.StatusWaiting)
+	publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "enough"})
+	e.waitStatus(t, lref, record.StatusCancelled)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if alive(pid) {
+			return fmt.Errorf("leaf's sleep %d still runs", pid)
+		}
+		return nil
+	})
+	trm := e.waitStatus(t, mref, record.StatusCancelled)
+	tr := e.waitStatus(t, ref, record.StatusCancelled)
+	for _, x := range []record.Transcript{tr, trm} {
+		checkCalls(t, x)
+		if r := results(x); len(r) != 1 || !strings.Contains(r[0].Result, "not answered: cancelled") {
+			t.Fatalf("%s results %+v", x.Session, r)
+		}
+	}
+	if got := state(t, e, ref); len(got.Children) != 0 {
+		t.Fatalf("root still owes %+v", got.Children)
+	}
+}
