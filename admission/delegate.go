@@ -60,6 +60,9 @@ func (a *Admitter) decideDelegation(e event.Event, c *policies.Compiled) ([]Deci
 	if del.Hops > del.MaxHops {
 		return refuse("max_hops %d: %s would be %d delegations below %s", del.MaxHops, def.Name, del.Hops, del.Path[0].Session)
 	}
+	if own := def.Budget.MaxHops; own > 0 && del.Hops > own {
+		return refuse("max_hops %d of %s: it would run %d delegations below %s", own, def.Name, del.Hops, del.Path[0].Session)
+	}
 	task := events.TaskDigest(del.Task)
 	for i, h := range del.Path {
 		if h.Agent() == def.Name && h.Task == task {

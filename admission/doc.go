@@ -13,6 +13,14 @@
 // the max_wait since the burst's first event), the decision records in JL_AUDIT, and the dead letters
 // in JL_DLQ for events whose rules failed to evaluate.
 //
+// Delegate events (events.TypeDelegate, a session's delegate call) are
+// decided by the host's own rule (DelegateRule) rather than the agent's
+// triggers: admitted to the child session they address unless the
+// delegation is deeper than its tree's max_hops or the agent's, repeats
+// an (agent, task) pair of its path, or offers an input the agent's
+// reads: does not name; such a delegation is Refused, recorded with the
+// reason, which goes back to the delegating session.
+//
 // It sits in the ingest pipeline after dedupe and before the publish of
 // admitted events. It does not verify senders, build CloudEvents, dedupe
 // or publish admitted events to jl.in (package ingest does), and it does

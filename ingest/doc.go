@@ -12,7 +12,8 @@
 //
 // Every receiver verifies its sender and builds a CloudEvent (DESIGN §5);
 // from there every event takes the same pipeline, assembled in one place
-// (Server.pipeline) as middleware: dedupe, admission, publish. A sender
+// (Pipeline) as middleware: dedupe, admission, publish; a worker runs the
+// same Pipeline for the delegate events of its sessions. A sender
 // gets 202 only once JetStream has acknowledged every publish the event
 // caused; a duplicate gets 202 with "duplicate": true and publishes
 // nothing; when NATS is unreachable or a publish fails, 503 with

@@ -39,6 +39,10 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{name: "unknown field", yaml: head + "tols: [x]\n", line: 3, field: "tols", msgContain: "unknown field"},
 		{name: "bad duration", yaml: head + "budget: {deadline: 5x}\n", line: 3, field: "deadline", msgContain: "5x"},
+		{name: "reads nothing", yaml: head + "reads: []\n", line: 3, field: "reads", msgContain: "leave reads out"},
+		{name: "reads a bad name", yaml: head + "reads: [diff, 'a b']\n", line: 3, field: "reads[1]", msgContain: "input name"},
+		{name: "reads twice", yaml: head + "reads:\n  - diff\n  - diff\n", line: 5, field: "reads[1]", msgContain: "listed twice"},
+		{name: "too many hops", yaml: head + "budget: {max_hops: 33}\n", line: 3, field: "budget.max_hops", msgContain: "0 (default 4) to 32"},
 		{name: "missing name", yaml: "model: {provider: scripted}\n", field: "name", msgContain: "required"},
 		{name: "bad name", yaml: "name: 'a b'\nmodel: {provider: scripted}\n", line: 1, field: "name", msgContain: "letters"},
 		{name: "bad provider", yaml: "name: a\nmodel: {provider: gpt}\n", line: 2, field: "model.provider", msgContain: "want one of"},

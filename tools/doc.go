@@ -1,7 +1,8 @@
 // Package tools owns the tool interface (name, description, JSON schema,
 // replay-safe flag, statefulness class, timeout), the registry, argument
 // validation against the schema, and the built-in tools: http_get,
-// http_request, shell, ask_human, read_blob (which also reads masked
+// http_request, shell, ask_human, delegate (whose Result carries the
+// Delegation for the worker to start), read_blob (which also reads masked
 // results back by their transcript key), read_event (a session's own
 // input event, whole or by path, from JL_IN), notes_read and notes_write
 // (a session's bounded notes in jl_sessions), and the GitHub tools

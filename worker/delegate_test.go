@@ -16,8 +16,8 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/ingest"
-	ledgerpkg "github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/internal/natstest"
+	ledgerpkg "github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -101,7 +101,9 @@ func (r *reqLog) of(name string) []model.Request {
 
 type modelFunc func(ctx context.Context, req model.Request) (model.Response, error)
 
-func (f modelFunc) Complete(ctx context.Context, req model.Request) (model.Response, error) { return f(ctx, req) }
+func (f modelFunc) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	return f(ctx, req)
+}
 
 // delegateCall is a scripted delegate call.
 func delegateCall(agent, task string, inputs map[string]any, budget map[string]any) policies.ScriptToolCall {

@@ -56,6 +56,15 @@
 // on its question is the answer. Tool calls get the thread, the agent's
 // github: settings and the intent's time in tools.Call.
 //
+// A delegate call starts a child session through admission
+// (Config.Admit) and leaves its call open: the session is waiting, holding
+// nothing, until the child's worker publishes the child's answer when its
+// run ends, which settles the call (delegate.go: the parent's side;
+// delegated.go: the child's). Every run of a delegation tree reports its
+// usage to its own and its ancestors' accounts in jl_ledger and checks
+// them before each step, and a run that ends early cancels its children
+// (tree.go).
+//
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
 // step_model.go and step_tool.go (a model call, a tool call),

@@ -36,7 +36,7 @@ type Metrics struct {
 
 	delegations   *prometheus.CounterVec
 	ledgerReports *prometheus.CounterVec
-	busy         *prometheus.CounterVec
+	busy          *prometheus.CounterVec
 
 	versionsMu sync.Mutex
 	newest     map[string]uint64          // the newest version seen, by agent
