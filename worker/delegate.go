@@ -116,7 +116,7 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 		return "", fmt.Sprintf("delegate: agent %q: %v", d.Agent, err), nil
 	}
 	run := s.runID()
-	ceil := ceiling(s.st.Limits)
+	ceil := ledgerCeiling(s.st.Limits)
 	acct, err := s.w.ledger.OpenAccount(ctx, s.r.ref, run, ceil, s.ownPart(s.st))
 	if err != nil {
 		return "", "", err

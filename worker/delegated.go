@@ -89,7 +89,7 @@ func (s *session) startDelegatedRun(ctx context.Context, ev event.Event, next *r
 	next.RunTask = events.TaskDigest(d.Task)
 	next.Ledger = strconv.Itoa(next.Runs)
 	ref := s.r.ref
-	if _, err := s.w.ledger.OpenAccount(ctx, ref, next.Ledger, ceiling(next.Limits), ledger.Part{}); err != nil {
+	if _, err := s.w.ledger.OpenAccount(ctx, ref, next.Ledger, ledgerCeiling(next.Limits), ledger.Part{}); err != nil {
 		return err
 	}
 	return nil

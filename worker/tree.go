@@ -35,8 +35,8 @@ func (s *session) delegatedRun() bool {
 	return s.st.Delegation != nil && s.st.Delegation.Run == s.st.Runs
 }
 
-// ceiling is the ledger's view of a run's limits.
-func ceiling(b policies.Budget) ledger.Ceiling {
+// ledgerCeiling is the ledger's view of a run's limits.
+func ledgerCeiling(b policies.Budget) ledger.Ceiling {
 	return ledger.Ceiling{MaxTurns: b.MaxTurns, MaxTokens: b.MaxTokens, MaxCostUSD: b.MaxCostUSD}
 }
 
