@@ -130,7 +130,7 @@ func builtinTools(t *testing.T, names ...string) worker.Tools {
 	return m
 }
 
-func results(tr record.Transcript) []record.Entry {
+func delegateResults(tr record.Transcript) []record.Entry {
 	var out []record.Entry
 	for _, e := range tr.Transcript {
 		if e.Kind == record.KindToolResult {
@@ -170,7 +170,7 @@ func TestDelegateFansOutAndIn(t *testing.T) {
 	ref := e.ref(t, "lead", "pr-1")
 	e.send(t, ref, "review pull request 1")
 	tr := e.waitStatus(t, ref, record.StatusDone)
-	res := results(tr)
+	res := delegateResults(tr)
 	if len(res) != 2 {
 		t.Fatalf("results %+v", res)
 	}
@@ -275,11 +275,11 @@ func TestDelegateRefusals(t *testing.T) {
 	tr := e.waitStatus(t, ra, record.StatusDone)
 	rb := childRef(t, e, "b", ra, "call_0_0")
 	trb := e.waitStatus(t, rb, record.StatusDone)
-	r := results(trb)
+	r := delegateResults(trb)
 	if len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "cycle: a was given this task already") || !strings.Contains(r[0].Result, "a/s1 → b/a/s1/call_0_0 → a") {
 		t.Fatalf("b's result %+v", r)
 	}
-	if r := results(tr); len(r) != 1 || r[0].IsError || r[0].Result != "b done." {
+	if r := delegateResults(tr); len(r) != 1 || r[0].IsError || r[0].Result != "b done." {
 		t.Fatalf("a's result %+v", r)
 	}
 	if _, err := record.Show(context.Background(), e.js, e.names, childRef(t, e, "a", rb, "call_0_0")); !errors.Is(err, record.ErrNotFound) {
@@ -294,10 +294,10 @@ func TestDelegateRefusals(t *testing.T) {
 	trs := e.waitStatus(t, rs, record.StatusDone)
 	rdeep := childRef(t, e, "deep", rs, "call_0_0")
 	trd := e.waitStatus(t, rdeep, record.StatusDone)
-	if r := results(trd); len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "max_hops 1: b would be 2 delegations below shallow/s1") {
+	if r := delegateResults(trd); len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "max_hops 1: b would be 2 delegations below shallow/s1") {
 		t.Fatalf("deep's result %+v", r)
 	}
-	r = results(trs)
+	r = delegateResults(trs)
 	if len(r) != 2 || r[0].CallID != "call_0_1" || !r[0].IsError || !strings.Contains(r[0].Result, "picky does not read notes: its definition reads only [diff]") ||
 		r[1].CallID != "call_0_0" || r[1].Result != "deep done." {
 		t.Fatalf("shallow's results %+v", r)
@@ -370,7 +370,7 @@ func TestDelegateBudgetIsCarved(t *testing.T) {
 		t.Fatalf("child reason %q, limits %+v", trc.Reason, trc.Budget.Limits)
 	}
 	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
-	r := results(tr)
+	r := delegateResults(tr)
 	if len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Result, "ended budget_exceeded") {
 		t.Fatalf("boss's result %+v", r)
 	}
@@ -429,7 +429,7 @@ func TestDelegateCancelCascades(t *testing.T) {
 	tr := e.waitStatus(t, ref, record.StatusCancelled)
 	for _, x := range []record.Transcript{tr, trm} {
 		checkCalls(t, x)
-		if r := results(x); len(r) != 1 || !strings.Contains(r[0].Result, "not answered: cancelled") {
+		if r := delegateResults(x); len(r) != 1 || !strings.Contains(r[0].Result, "not answered: cancelled") {
 			t.Fatalf("%s results %+v", x.Session, r)
 		}
 	}
