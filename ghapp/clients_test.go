@@ -237,3 +237,64 @@ func TestRateLimitTooLong(t *testing.T) {
 		t.Fatal("a comment was posted")
 	}
 }
+
+// A token is reused until a minute before it expires: with an hour left
+// three calls make one exchange; with less than a minute every call needs
+// a fresh one.
+func TestTokenReusedUntilShortlyBeforeExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		ttl       time.Duration
+		exchanges int
+	}{{time.Hour, 1}, {50 * time.Second, 3}} {
+		fake := ghfake.New(t)
+		fake.AddInstallation(7, "octo/repo")
+		fake.SetTokenTTL(tc.ttl)
+		clients := newClients(t, ghapp.Options{})
+		s := appSettings(t, fake)
+		for range 3 {
+			c, err := clients.For(context.Background(), s, ghapp.Target{Repo: "octo/repo", Installation: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := comment(context.Background(), c, "octo/repo", 1, "x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := fake.Exchanges(); n != tc.exchanges {
+			t.Errorf("token lifetime %s: %d exchanges for 3 calls, want %d", tc.ttl, n, tc.exchanges)
+		}
+	}
+}
+
+// GitHub refuses an installation token past its expiry (the fake as
+// GitHub does), and a JWT whose times are off.
+func TestExpiredTokenRefused(t *testing.T) {
+	fake := ghfake.New(t)
+	fake.AddInstallation(7, "octo/repo")
+	clients := newClients(t, ghapp.Options{})
+	c, err := clients.For(context.Background(), appSettings(t, fake), ghapp.Target{Repo: "octo/repo", Installation: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := comment(context.Background(), c, "octo/repo", 1, "x"); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(2 * time.Hour)
+	fake.SetClock(func() time.Time { return later })
+	var er *github.ErrorResponse
+	if _, err := comment(context.Background(), c, "octo/repo", 1, "y"); !errors.As(err, &er) || er.Response.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("err %v, want 401 for an expired token", err)
+	}
+	// A fresh client's exchange signs a JWT with this machine's clock,
+	// which the fake's two hours ahead finds expired.
+	c2, err := newClients(t, ghapp.Options{}).For(context.Background(), appSettings(t, fake), ghapp.Target{Repo: "octo/repo", Installation: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := comment(context.Background(), c2, "octo/repo", 1, "z"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("err %v, want the exchange refused", err)
+	}
+	if n := len(fake.Comments("octo/repo", 1)); n != 1 {
+		t.Fatalf("%d comments, want 1", n)
+	}
+}

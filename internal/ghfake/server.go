@@ -409,7 +409,7 @@ func (s *Server) verifyJWT(r *http.Request) string {
 	if iss != strconv.Itoa(AppID) {
 		return fmt.Sprintf("Integration %s not found", iss)
 	}
-	now := s.now().Unix()
+	now := s.clock().Unix()
 	switch {
 	case claims.Iat > now+60:
 		return "'Issued at' claim ('iat') must be an Integer representing a time in the past."
@@ -517,7 +517,7 @@ func (s *Server) rateHeaders(w http.ResponseWriter, remaining int) {
 	w.Header().Set("X-Ratelimit-Limit", "5000")
 	w.Header().Set("X-Ratelimit-Remaining", strconv.Itoa(remaining))
 	w.Header().Set("X-Ratelimit-Used", strconv.Itoa(5000-remaining))
-	w.Header().Set("X-Ratelimit-Reset", strconv.FormatInt(s.now().Add(time.Hour).Unix(), 10))
+	w.Header().Set("X-Ratelimit-Reset", strconv.FormatInt(s.clock().Add(time.Hour).Unix(), 10))
 	w.Header().Set("X-Ratelimit-Resource", "core")
 }
 
@@ -744,7 +744,7 @@ func (s *Server) applyCheck(w http.ResponseWriter, c *CheckRun, in checkInput) b
 		return false
 	}
 	if c.Status == "completed" && c.Completed.IsZero() {
-		c.Completed = s.now()
+		c.Completed = s.clock()
 	}
 	if in.Output != nil {
 		if in.Output.Summary == "" || in.Output.Title == "" {
@@ -786,7 +786,7 @@ func (s *Server) createCheck(w http.ResponseWriter, r *http.Request, repo string
 		fail(w, http.StatusUnprocessableEntity, "Validation Failed", fieldError{Resource: "CheckRun", Code: "missing_field", Field: "name and head_sha"})
 		return
 	}
-	c := CheckRun{Repo: repo, HeadSHA: *in.HeadSHA, Status: "queued", Started: s.now()}
+	c := CheckRun{Repo: repo, HeadSHA: *in.HeadSHA, Status: "queued", Started: s.clock()}
 	if !s.applyCheck(w, &c, in) {
 		return
 	}
@@ -897,4 +897,18 @@ func readAll(r *http.Request) ([]byte, error) {
 	var b bytes.Buffer
 	_, err := b.ReadFrom(http.MaxBytesReader(nil, r.Body, 1<<20))
 	return b.Bytes(), err
+}
+
+func (s *Server) clock() time.Time {
+	s.mu.Lock()
+	f := s.now
+	s.mu.Unlock()
+	return f()
+}
+
+// SetClock replaces the fake's clock (token expiry, JWT times).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
 }
