@@ -24,6 +24,7 @@ type serverFlags struct {
 	prefix   string
 	replicas int
 	creds    string
+	budget   sizeValue
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet, env *Env) {
@@ -35,6 +36,10 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *Env) {
 	fs.StringVar(&f.prefix, "prefix", streams.DefaultPrefix, "subject prefix of the deployment")
 	fs.IntVar(&f.replicas, "replicas", 0, "replicas of streams and buckets (3 on a cluster); 0 creates missing ones at 1 and leaves existing ones as they are")
 	fs.StringVar(&f.creds, "creds", env.Getenv("JETLOOP_CREDS"), "NATS credentials file (env JETLOOP_CREDS)")
+	if v := env.Getenv("JETLOOP_STORAGE_BUDGET"); v != "" {
+		_ = f.budget.Set(v) // refused, with the reason, before provisioning
+	}
+	fs.Var(&f.budget, "storage-budget", "bytes all streams and buckets may hold together, shared by purpose (e.g. 8GiB; env JETLOOP_STORAGE_BUDGET); unset: 8GiB for new ones and existing limits left alone")
 }
 
 // componentConfig is the command line of `jetloop ingest|worker|cron`.
@@ -72,7 +77,12 @@ func runComponentCmd(ctx context.Context, env *Env, name string, args []string, 
 	}
 	defer closeConn()
 	rt.Log = log
-	if err := provision(ctx, rt.JS, streams.Options{Names: names, Replicas: cfg.replicas}, log); err != nil {
+	if v := env.Getenv("JETLOOP_STORAGE_BUDGET"); v != "" && cfg.budget.n == 0 {
+		if _, err := parseSize(v); err != nil {
+			return fmt.Errorf("JETLOOP_STORAGE_BUDGET: %w", err)
+		}
+	}
+	if err := provision(ctx, rt.JS, streams.Options{Names: names, Replicas: cfg.replicas, StorageBudget: cfg.budget.n}, log); err != nil {
 		return err
 	}
 	parts, err := build(ctx, rt, cfg)

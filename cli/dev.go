@@ -27,6 +27,7 @@ type devConfig struct {
 	sync     string
 	prefix   string
 	auth     string
+	budget   sizeValue
 }
 
 func runDev(ctx context.Context, env *Env, args []string) error {
@@ -38,6 +39,7 @@ func runDev(ctx context.Context, env *Env, args []string) error {
 	fs.IntVar(&cfg.workers, "workers", 1, "workers to run in this process (0: none; run them apart with 'jetloop worker')")
 	fs.StringVar(&cfg.sync, "sync", natsd.SyncAlways, "JetStream sync_interval: always (fsync every write) or a duration such as 2m")
 	fs.StringVar(&cfg.prefix, "prefix", streams.DefaultPrefix, "subject prefix of this deployment")
+	fs.Var(&cfg.budget, "storage-budget", "bytes all streams and buckets may hold together, shared by purpose (e.g. 8GiB); default 8GiB, or half of what the --data disk allows JetStream when that is less")
 	fs.StringVar(&cfg.auth, "auth", "", "NATS users and their subject permissions: a nats-server authorization block (see examples/auth.conf); default: no authentication")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -119,7 +121,14 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	checks.Add("nats", health.NATS(nc))
 	provisioned := errors.New("streams not provisioned yet")
 	checks.Add("streams", func() error { return provisioned })
-	if err := provision(ctx, js, streams.Options{Names: names, Replicas: 1}, log); err != nil {
+	budget := cfg.budget.n
+	if budget == 0 {
+		var reduced bool
+		if budget, reduced = devBudget(data); reduced {
+			log.Warn("little free disk under --data: streams and buckets get a smaller storage budget", "budget", formatSize(budget), "dir", data)
+		}
+	}
+	if err := provision(ctx, js, streams.Options{Names: names, Replicas: 1, StorageBudget: budget}, log); err != nil {
 		return err
 	}
 	provisioned = nil

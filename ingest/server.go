@@ -171,8 +171,8 @@ func (s *Server) Readmit(ctx context.Context, e event.Event, agent string) ([]st
 }
 
 // pipeline is the whole path of an event once its receiver has verified
-// the sender and built the CloudEvent: dedupe, then admission, then
-// publish. Read it top to bottom.
+// the sender and built the CloudEvent: dedupe, then admission, then the
+// room left in JL_IN, then publish. Read it top to bottom.
 func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) Handler {
 	return Pipeline(js, store, adm, s.cfg.Names, s.m, s.cfg.MaxEventSize)
 }
@@ -193,6 +193,7 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 		Publish(js, adm, names, m, WithClaimCheck(maxEventSize)),
 		Deduplicate(store, adm, js, m),
 		Admit(adm),
+		Room(streams.NewRoom(js, s.cfg.Names.StreamIn())),
 	)
 }
 

@@ -1,10 +1,14 @@
 package ingest_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetloop/jetloop/streams"
 )
 
 // Every receiver takes one JSON value and nothing after it: trailing data
@@ -94,5 +98,48 @@ func TestIdempotencyKeyReusedWithAnotherBody(t *testing.T) {
 	}
 	if r := post(t, h.url+"/events", structured, ev("a")); r.status != http.StatusAccepted || r.body["duplicate"] != true {
 		t.Fatalf("the same event again: %d %s", r.status, r.raw)
+	}
+}
+
+// A JL_IN that holds half its limits refuses new events with 503 naming
+// the stream, and drops none of what it holds; an event nobody admits is
+// still answered for what it is.
+func TestFullInputRefusesEvents(t *testing.T) {
+	h := start(t, time.Minute)
+	if _, err := streams.Provision(context.Background(), h.js, streams.Options{Limits: map[string]streams.Limit{h.names.StreamIn(): {Bytes: 64 << 20, Msgs: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + token}
+	var refused reply
+	for i := 0; ; i++ {
+		if i > 10 {
+			t.Fatal("JL_IN never refused an event")
+		}
+		r := post(t, h.url+"/v1/agents/demo/sessions/s1/messages", auth, []byte(fmt.Sprintf(`{"text": "n%d"}`, i)))
+		if r.status == http.StatusServiceUnavailable {
+			refused = r
+			break
+		}
+		if r.status != http.StatusAccepted {
+			t.Fatalf("request %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	if !strings.Contains(refused.raw, "JL_IN") || !strings.Contains(refused.raw, "max_msgs") || refused.header.Get("Retry-After") == "" {
+		t.Fatalf("refusal %s (Retry-After %q) does not say why", refused.raw, refused.header.Get("Retry-After"))
+	}
+	if n := h.inCount(t, ""); n > 3 {
+		t.Fatalf("JL_IN holds %d messages, past the half of its limits", n)
+	}
+	s, err := h.js.Stream(context.Background(), h.names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(context.Background()); err != nil || info.State.FirstSeq != 1 {
+		t.Fatalf("JL_IN lost its oldest: %+v %v", info.State, err)
+	}
+	// Nobody admits a push: no room is needed to say so.
+	push := []byte(`{"ref":"refs/heads/main"}`)
+	if r := post(t, h.url+"/webhooks/github", githubHeaders("push", "full-1", push), push); r.status/100 != 2 && r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("an event nobody admits while JL_IN is full: %d %s", r.status, r.raw)
 	}
 }

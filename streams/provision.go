@@ -87,6 +87,10 @@ func tuned(opts Options, res Resource) map[string]bool {
 	if opts.DedupeWindow == 0 {
 		skip["duplicate_window"] = true
 	}
+	if _, one := opts.Limits[res.Name]; opts.StorageBudget == 0 && !one {
+		// Not a managed field: existing limits stay (see limitFor).
+		skip["limits"] = true
+	}
 	n := opts.Names
 	switch {
 	case res.Kind == KindStream && res.Name == n.StreamAudit() && opts.AuditMaxAge != 0:
@@ -112,27 +116,63 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, res Resource, ski
 			if createErr != nil {
 				err = createErr
 			}
-			return ch, fmt.Errorf("streams: create %s %s: %w", res.Kind, res.Name, err)
+			return ch, fmt.Errorf("streams: create %s %s: %w", res.Kind, res.Name, roomHint(err, res.Stream.MaxBytes))
 		}
 	} else if err != nil {
 		return ch, fmt.Errorf("streams: look up %s %s: %w", res.Kind, res.Name, err)
 	}
-	have := s.CachedInfo().Config
+	info := s.CachedInfo()
+	have := info.Config
 	if err := compatible(res, have); err != nil {
 		return ch, err
 	}
+	explicit := !skip["limits"]
+	res.Stream.MaxBytes = limitFor(res.Stream.MaxBytes, have.MaxBytes, int64(info.State.Bytes), explicit)
+	res.Stream.MaxMsgs = limitFor(res.Stream.MaxMsgs, have.MaxMsgs, int64(info.State.Msgs), explicit)
 	want, fields := reconcile(res, have, skip)
 	if len(fields) == 0 {
 		return ch, nil
 	}
 	if _, err := js.UpdateStream(ctx, want); err != nil {
-		return ch, fmt.Errorf("streams: update %s %s (%s): %w", res.Kind, res.Name, strings.Join(fields, ", "), err)
+		return ch, fmt.Errorf("streams: update %s %s (%s): %w", res.Kind, res.Name, strings.Join(fields, ", "), roomHint(err, want.MaxBytes))
 	}
 	if ch.Action != Created {
 		ch.Action = Updated
 		ch.Fields = fields
 	}
 	return ch, nil
+}
+
+// limitFor is the limit Provision sets: the declared one, or an existing
+// limit when the caller set none explicitly (an operator's tuning stays),
+// and never less than what the resource already holds and a quarter
+// more, so a smaller budget cannot make a full stream refuse every write.
+func limitFor(declared, have, used int64, explicit bool) int64 {
+	v := declared
+	if !explicit && have > 0 {
+		v = have
+	}
+	if floor := used + used/4; v > 0 && v < floor {
+		v = floor
+	}
+	return v
+}
+
+// Error codes of a server without room for a resource's max_bytes.
+const (
+	errCodeStorageExceeded = 10047
+	errCodeMemoryExceeded  = 10028
+)
+
+// roomHint explains the server's refusal to reserve a resource's
+// max_bytes.
+func roomHint(err error, bytes int64) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeStorageExceeded || apiErr.ErrorCode == errCodeMemoryExceeded) {
+		return fmt.Errorf("%w: the server cannot reserve max_bytes %d (%.1f GiB) for it; give JetStream more room (max_file_store) or provision with a smaller storage budget (--storage-budget, JETLOOP_STORAGE_BUDGET)",
+			err, bytes, float64(bytes)/(1<<30))
+	}
+	return err
 }
 
 func create(ctx context.Context, js jetstream.JetStream, res Resource) error {
@@ -215,6 +255,15 @@ var managed = []field{
 			return w.MaxMsgsPerSubject != 0 && h.MaxMsgsPerSubject != w.MaxMsgsPerSubject
 		},
 		set: func(h, w *jetstream.StreamConfig) { h.MaxMsgsPerSubject = w.MaxMsgsPerSubject }},
+	{name: "discard", streamOnly: true,
+		differs: func(h, w *jetstream.StreamConfig) bool { return h.Discard != w.Discard },
+		set:     func(h, w *jetstream.StreamConfig) { h.Discard = w.Discard }},
+	{name: "max_bytes",
+		differs: func(h, w *jetstream.StreamConfig) bool { return w.MaxBytes != 0 && h.MaxBytes != w.MaxBytes },
+		set:     func(h, w *jetstream.StreamConfig) { h.MaxBytes = w.MaxBytes }},
+	{name: "max_msgs",
+		differs: func(h, w *jetstream.StreamConfig) bool { return w.MaxMsgs != 0 && h.MaxMsgs != w.MaxMsgs },
+		set:     func(h, w *jetstream.StreamConfig) { h.MaxMsgs = w.MaxMsgs }},
 	{name: "subject_delete_marker_ttl",
 		differs: func(h, w *jetstream.StreamConfig) bool {
 			return w.SubjectDeleteMarkerTTL != 0 && h.SubjectDeleteMarkerTTL != w.SubjectDeleteMarkerTTL

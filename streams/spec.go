@@ -15,7 +15,69 @@ const (
 	// markerTTL is how long KV buckets with per-key TTL keep the delete
 	// markers of expired keys, so watchers see expirations.
 	markerTTL = 5 * time.Minute
+	// DefaultStorageBudget is what every stream and bucket together may
+	// hold on file storage; each takes its share (see Limits).
+	DefaultStorageBudget = 8 << 30
+	// DefaultMemoryBudget is the same with Options.Memory.
+	DefaultMemoryBudget = 1 << 30
 )
+
+// Limit bounds one stream or bucket.
+type Limit struct {
+	// Bytes and Msgs are its max_bytes and max_msgs.
+	Bytes int64 `json:"bytes"`
+	Msgs  int64 `json:"msgs"`
+}
+
+// role is what a resource is for, which sets its share of the budget.
+type role int
+
+const (
+	roleIn role = iota
+	roleCtl
+	roleDLQ
+	roleAudit
+	roleSessions
+	roleDedupe
+	roleBlobs
+	roleSmall // leases, agents, rollouts, slots, spend, schedules
+)
+
+// shares are each role's part of the storage budget, in thousandths, and
+// its message limit. What is not yet consumed (events, control messages,
+// sessions, dead letters waiting for a redrive, blobs a session will read)
+// is refused when full, never dropped; see Layout.
+var shares = map[role]struct {
+	permille int64
+	msgs     int64
+}{
+	roleIn:       {300, 10_000_000},
+	roleCtl:      {40, 1_000_000},
+	roleDLQ:      {50, 1_000_000},
+	roleAudit:    {80, 10_000_000},
+	roleSessions: {250, 20_000_000},
+	roleDedupe:   {60, 10_000_000},
+	roleBlobs:    {180, 1_000_000},
+	roleSmall:    {6, 1_000_000},
+}
+
+// Limits returns the limits Layout declares for every resource with opts,
+// by name.
+func Limits(opts Options) map[string]Limit {
+	out := map[string]Limit{}
+	for _, r := range Layout(opts) {
+		out[r.Name] = Limit{Bytes: r.Stream.MaxBytes, Msgs: r.Stream.MaxMsgs}
+	}
+	return out
+}
+
+func (o Options) limit(name string, ro role) Limit {
+	if l, ok := o.Limits[name]; ok {
+		return l
+	}
+	sh := shares[ro]
+	return Limit{Bytes: o.StorageBudget * sh.permille / 1000, Msgs: sh.msgs}
+}
 
 // Options shape the layout that Provision declares.
 type Options struct {
@@ -38,6 +100,18 @@ type Options struct {
 	// Memory keeps every stream in memory instead of files: for benchmarks
 	// only, since a restart loses everything.
 	Memory bool
+	// StorageBudget is what every stream and bucket together may hold, in
+	// bytes; each gets a share by purpose (the README's Security section
+	// lists them) and a message limit. Zero: DefaultStorageBudget (with
+	// Memory, DefaultMemoryBudget) for new resources and for existing ones
+	// without limits, while existing limits are left as an operator set
+	// them. The server must have the room: it reserves each resource's
+	// max_bytes when the resource is made.
+	StorageBudget int64
+	// Limits sets the limits of single resources, by name, over their
+	// share of the budget; like StorageBudget, they are brought in step on
+	// existing resources.
+	Limits map[string]Limit
 }
 
 func (o *Options) setDefaults() {
@@ -52,6 +126,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.AuditMaxAge == 0 {
 		o.AuditMaxAge = DefaultAuditMaxAge
+	}
+	if o.StorageBudget == 0 {
+		o.StorageBudget = DefaultStorageBudget
+		if o.Memory {
+			o.StorageBudget = DefaultMemoryBudget
+		}
 	}
 }
 
@@ -117,7 +197,14 @@ func Layout(opts Options) []Resource {
 				Replicas:    r,
 				Duplicates:  opts.DedupeWindow,
 				// No MaxAge: a schedule message removed by a limit stops
-				// firing for good, and an unconsumed event must not vanish.
+				// firing (DESIGN §10), and an unconsumed event must not
+				// vanish. The server refuses discard new on a stream with
+				// message schedules, so jetloop refuses new events itself
+				// at half the limits (Room), and the server's own limits,
+				// where the oldest would go, stay a backstop that the
+				// ingest keeps the stream from reaching.
+				MaxBytes:          2 * opts.limit(n.StreamIn(), roleIn).Bytes,
+				MaxMsgs:           2 * opts.limit(n.StreamIn(), roleIn).Msgs,
 				AllowMsgTTL:       true,
 				AllowMsgSchedules: true,
 				// Debounce replaces a session's pending event with Nats-Rollup: sub.
@@ -136,6 +223,10 @@ func Layout(opts Options) []Resource {
 				Storage:     st,
 				Replicas:    r,
 				Duplicates:  opts.DedupeWindow,
+				// A message not yet applied must not vanish.
+				Discard:     jetstream.DiscardNew,
+				MaxBytes:    opts.limit(n.StreamCtl(), roleCtl).Bytes,
+				MaxMsgs:     opts.limit(n.StreamCtl(), roleCtl).Msgs,
 				AllowDirect: true,
 			},
 		},
@@ -149,6 +240,12 @@ func Layout(opts Options) []Resource {
 				Retention:   jetstream.LimitsPolicy,
 				Storage:     st,
 				Replicas:    r,
+				// A dead letter holds an event that may be redriven: a
+				// full stream refuses the next one (its sender retries)
+				// rather than dropping an old one silently.
+				Discard:     jetstream.DiscardNew,
+				MaxBytes:    opts.limit(n.StreamDLQ(), roleDLQ).Bytes,
+				MaxMsgs:     opts.limit(n.StreamDLQ(), roleDLQ).Msgs,
 				AllowDirect: true,
 			},
 		},
@@ -163,47 +260,59 @@ func Layout(opts Options) []Resource {
 				Storage:     st,
 				Replicas:    r,
 				MaxAge:      opts.AuditMaxAge,
+				// Records of what happened: the oldest go first, so that a
+				// full audit trail never stops admission.
+				Discard:     jetstream.DiscardOld,
+				MaxBytes:    opts.limit(n.StreamAudit(), roleAudit).Bytes,
+				MaxMsgs:     opts.limit(n.StreamAudit(), roleAudit).Msgs,
 				AllowDirect: true,
 			},
 		},
-		kv(n.BucketSessions(), "turn state and transcript entries",
+		kv(n.BucketSessions(), "turn state and transcript entries", opts.limit(n.BucketSessions(), roleSessions),
 			jetstream.KeyValueConfig{Description: "jetloop: session turn state and transcripts", History: 1, Storage: st, Replicas: r},
 			func(c *jetstream.StreamConfig) { c.AllowAtomicPublish = true }),
-		kv(n.BucketLeases(), "which worker owns a session now (per-key TTL)",
+		kv(n.BucketLeases(), "which worker owns a session now (per-key TTL)", opts.limit(n.BucketLeases(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: session leases", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
-		kv(n.BucketDedupe(), "long-horizon dedupe keys (per-key TTL)",
+		kv(n.BucketDedupe(), "long-horizon dedupe keys (per-key TTL)", opts.limit(n.BucketDedupe(), roleDedupe),
 			jetstream.KeyValueConfig{Description: "jetloop: long-horizon dedupe", History: 1, TTL: opts.DedupeTTL, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
-		kv(n.BucketAgents(), "versioned agent definitions",
+		kv(n.BucketAgents(), "versioned agent definitions", opts.limit(n.BucketAgents(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: agent definitions", History: DefaultAgentHistory, Storage: st, Replicas: r}, nil),
-		kv(n.BucketRollouts(), "run counts of each agent's rollout, shared by every worker, which its guard judges",
+		kv(n.BucketRollouts(), "run counts of each agent's rollout, shared by every worker, which its guard judges", opts.limit(n.BucketRollouts(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: rollout run counts", History: 1, Storage: st, Replicas: r}, nil),
-		kv(n.BucketSlots(), "concurrency slots of agents' runs and the sessions queued for them (per-key TTL)",
+		kv(n.BucketSlots(), "concurrency slots of agents' runs and the sessions queued for them (per-key TTL)", opts.limit(n.BucketSlots(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: concurrency slots", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
-		kv(n.BucketSpend(), "what each agent spent per UTC day, of every session and per limit key (per-key TTL)",
+		kv(n.BucketSpend(), "what each agent spent per UTC day, of every session and per limit key (per-key TTL)", opts.limit(n.BucketSpend(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: spend per agent and day", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
-		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker",
+		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker", opts.limit(n.BucketSchedules(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
 		kv(n.BucketLedger(), "usage of delegation trees: each session's run, its ceiling and the usage of every session below it, shared by every worker",
 			jetstream.KeyValueConfig{Description: "jetloop: delegation ledger", History: 1, Storage: st, Replicas: r}, nil),
 		{
 			Kind: KindObject, Name: n.ObjectBlobs(),
 			Purpose: "large tool results kept out of the context",
-			Object:  &jetstream.ObjectStoreConfig{Bucket: n.ObjectBlobs(), Description: "jetloop: large tool results", Storage: st, Replicas: r},
-			Stream:  jetstream.StreamConfig{Name: ObjectStream(n.ObjectBlobs()), Storage: st, Replicas: r},
+			Object: &jetstream.ObjectStoreConfig{Bucket: n.ObjectBlobs(), Description: "jetloop: large tool results", Storage: st, Replicas: r,
+				MaxBytes: opts.limit(n.ObjectBlobs(), roleBlobs).Bytes},
+			Stream: jetstream.StreamConfig{Name: ObjectStream(n.ObjectBlobs()), Storage: st, Replicas: r,
+				MaxBytes: opts.limit(n.ObjectBlobs(), roleBlobs).Bytes, MaxMsgs: opts.limit(n.ObjectBlobs(), roleBlobs).Msgs},
 		},
 	}
 }
 
 // kv declares a bucket and the fields of its stream that Provision keeps in
 // step; extra adds settings the KV API cannot express (atomic publish).
-func kv(bucket, purpose string, cfg jetstream.KeyValueConfig, extra func(*jetstream.StreamConfig)) Resource {
+// The KV API makes every bucket refuse writes when full (discard new),
+// which is what a bucket of state wants: no key vanishes to make room.
+func kv(bucket, purpose string, l Limit, cfg jetstream.KeyValueConfig, extra func(*jetstream.StreamConfig)) Resource {
 	cfg.Bucket = bucket
+	cfg.MaxBytes = l.Bytes
 	sc := jetstream.StreamConfig{
 		Name:              KVStream(bucket),
 		Storage:           cfg.Storage,
 		Replicas:          cfg.Replicas,
 		MaxAge:            cfg.TTL,
 		MaxMsgsPerSubject: int64(cfg.History),
+		MaxBytes:          l.Bytes,
+		MaxMsgs:           l.Msgs,
 	}
 	if cfg.LimitMarkerTTL > 0 {
 		sc.AllowMsgTTL = true

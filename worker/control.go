@@ -334,7 +334,15 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	// wait disarms its timer.
 	armed := !s.st.WaitUntil.IsZero()
 	ignore := func(why string) {
-		note(record.KindSystem, fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why))
+		text := fmt.Sprintf("%s from %s ignored: %s", verb, msg.Source, why)
+		// The same message again and again (300 cancels of a cancelled
+		// session) is one entry: the transcript does not grow with the
+		// repeats, each of which the dead letter stream still records.
+		if s.lastEntryIs(ctx, record.KindSystem, verb, text) {
+			s.w.m.controls.WithLabelValues(verb, "repeated").Inc()
+		} else {
+			note(record.KindSystem, text)
+		}
 		dead = why
 	}
 	// unwait continues a blocked or paused session; the time it waited
@@ -477,6 +485,23 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 	}
 	log.Info("control message "+outcome, "status", next.Status)
 	return nil
+}
+
+// lastEntryIs reports whether the session's last transcript entry is of
+// kind, named name, with text; false when it cannot be read.
+func (s *session) lastEntryIs(ctx context.Context, kind record.Kind, name, text string) bool {
+	if s.st.NextEntry <= 1 {
+		return false
+	}
+	kve, err := s.w.sessions.Get(ctx, s.w.names.LogKey(s.r.ref, s.st.NextEntry-1))
+	if err != nil {
+		return false
+	}
+	var e record.Entry
+	if json.Unmarshal(kve.Value(), &e) != nil {
+		return false
+	}
+	return e.Kind == kind && e.Name == name && e.Text == text
 }
 
 // controlsApplied is the jl_dedupe source of applied control messages.

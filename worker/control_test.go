@@ -786,3 +786,52 @@ func TestControlSentAgainAfterTheWindowAppliedOnce(t *testing.T) {
 		t.Fatalf("the steer reached the model %d times: %q", got, userText(p.requests()[1]))
 	}
 }
+
+// Control messages with nothing to act on do not grow the transcript with
+// their repeats: 30 cancels of a cancelled session are one entry (each is
+// still dead-lettered with its reason), while a different one is noted.
+func TestRepeatedControlNoOpIsOneEntry(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "Done."})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "hello")
+	e.waitStatus(t, ref, record.StatusDone)
+	publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "stop"})
+	e.waitStatus(t, ref, record.StatusCancelled)
+	var last uint64
+	for range 30 {
+		last = publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "stop", Source: "/chatbot"})
+	}
+	other := publish(t, e, ref, control.Message{Verb: control.Interrupt, Source: "/chatbot"})
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if s := state(t, e, ref); s.CtlSeq != other {
+			return fmt.Errorf("ctl_seq %d, want %d (last cancel %d)", s.CtlSeq, other, last)
+		}
+		return nil
+	})
+	tr, err := record.Show(context.Background(), e.js, e.names, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(tr, record.KindSystem, "cancel"); n != 1 {
+		t.Fatalf("%d entries for 30 ignored cancels, want 1: %s", n, kinds(tr))
+	}
+	if n := count(tr, record.KindSystem, "interrupt"); n != 1 {
+		t.Fatalf("%d entries for the ignored interrupt, want 1: %s", n, kinds(tr))
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		st, err := e.js.Stream(context.Background(), e.names.StreamDLQ())
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 31 {
+			return fmt.Errorf("%d dead letters, want 31", info.State.Msgs)
+		}
+		return nil
+	})
+}
