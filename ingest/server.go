@@ -178,7 +178,7 @@ func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admi
 }
 
 // Pipeline is the path of every event once it is built: dedupe, then
-// admission, then publish, with the claim check for data larger than
+// admission, then the room left in JL_IN, then publish, with the claim check for data larger than
 // maxEventSize bytes (0: events.MaxEventSize). The receivers run it, and
 // so does a process that makes events of its own that must be admitted
 // like any other: a worker starting a delegated session.
@@ -193,7 +193,7 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 		Publish(js, adm, names, m, WithClaimCheck(maxEventSize)),
 		Deduplicate(store, adm, js, m),
 		Admit(adm),
-		Room(streams.NewRoom(js, s.cfg.Names.StreamIn())),
+		Room(streams.NewRoom(js, names.StreamIn())),
 	)
 }
 

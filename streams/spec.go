@@ -40,7 +40,7 @@ const (
 	roleSessions
 	roleDedupe
 	roleBlobs
-	roleSmall // leases, agents, rollouts, slots, spend, schedules
+	roleSmall // leases, agents, rollouts, slots, spend, schedules, ledger
 )
 
 // shares are each role's part of the storage budget, in thousandths, and
@@ -58,7 +58,7 @@ var shares = map[role]struct {
 	roleSessions: {250, 20_000_000},
 	roleDedupe:   {60, 10_000_000},
 	roleBlobs:    {180, 1_000_000},
-	roleSmall:    {6, 1_000_000},
+	roleSmall:    {5, 1_000_000},
 }
 
 // Limits returns the limits Layout declares for every resource with opts,
@@ -285,7 +285,7 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: spend per agent and day", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker", opts.limit(n.BucketSchedules(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
-		kv(n.BucketLedger(), "usage of delegation trees: each session's run, its ceiling and the usage of every session below it, shared by every worker",
+		kv(n.BucketLedger(), "usage of delegation trees: each session's run, its ceiling and the usage of every session below it, shared by every worker", opts.limit(n.BucketLedger(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: delegation ledger", History: 1, Storage: st, Replicas: r}, nil),
 		{
 			Kind: KindObject, Name: n.ObjectBlobs(),
