@@ -36,7 +36,7 @@ const (
 )
 
 // All lists every measurement, in the order they run.
-func All() []string { return []string{Ingest, Step, Control, Recovery, Idle} }
+func All() []string { return []string{Ingest, Step, Control, Recovery, Idle, Age, Window} }
 
 // Defaults of Config.
 const (
@@ -68,6 +68,9 @@ type Config struct {
 	Recoveries int
 	// Sessions is the number of idle sessions of the idle measurement.
 	Sessions int
+	// AgeEvents is the number of events of the age measurement;
+	// WindowTicks the ticks of each run of the window measurement.
+	AgeEvents, WindowTicks int
 	// Executable is the jetloop binary the recovery measurement runs
 	// worker processes of (`jetloop worker`); empty skips it.
 	Executable string
@@ -106,6 +109,12 @@ func (c *Config) setDefaults() {
 	if c.Sessions == 0 {
 		c.Sessions = DefaultSessions
 	}
+	if c.AgeEvents == 0 {
+		c.AgeEvents = DefaultAgeEvents
+	}
+	if c.WindowTicks == 0 {
+		c.WindowTicks = DefaultWindowTicks
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
@@ -128,7 +137,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.Events < 0 || c.Concurrency < 0 || c.Steps < 0 || c.Control < 0 || c.Recoveries < 0 || c.Sessions < 0 {
+	if c.Events < 0 || c.Concurrency < 0 || c.Steps < 0 || c.Control < 0 || c.Recoveries < 0 || c.Sessions < 0 || c.AgeEvents < 0 || c.WindowTicks < 0 {
 		return errors.New("bench: negative count in config")
 	}
 	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < time.Second) {
@@ -182,6 +191,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Config: cfg}
 	fns := map[string]func(context.Context, *env) (map[string]float64, error){
 		Ingest: benchIngest, Step: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
+		Age: benchAge, Window: benchWindow,
 	}
 	for _, name := range All() {
 		if !slices.Contains(cfg.Only, name) {

@@ -30,7 +30,7 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	rep, err := bench.Run(ctx, bench.Config{
-		Events: 40, Concurrency: 4, Steps: 20, Control: 3, Recoveries: 1, Sessions: 50,
+		Events: 40, Concurrency: 4, Steps: 20, Control: 3, Recoveries: 1, Sessions: 50, AgeEvents: 200, WindowTicks: 10,
 		LeaseTTL: 2 * time.Second, Executable: exe, Dir: t.TempDir(),
 	})
 	if err != nil {
@@ -42,6 +42,8 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 		bench.Control:  {"raw-p50-ms", "raw-p99-ms", "steer-p50-ms", "steer-p99-ms", "cancel-tool-p50-ms", "cancel-final-p99-ms"},
 		bench.Recovery: {"recovery-p50-ms", "recovery-max-ms"},
 		bench.Idle:     {"held-MB", "goroutines-held"},
+		bench.Age:      {"first-ms", "last-ms", "last/first", "ratio-to-raw"},
+		bench.Window:   {"with-max-tokens", "with-last-tokens", "without-first-tokens", "without-last-tokens"},
 	}
 	for _, sync := range []string{bench.SyncDefault, bench.SyncAlways} {
 		for name, figs := range want {
@@ -65,7 +67,7 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 	if err := rep.Write(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, label := range []string{"ingest: ratio to raw", "step: ratio to raw", "control: steer publish→next model call", "recovery: kill -9", "idle: heap held"} {
+	for _, label := range []string{"ingest: ratio to raw", "step: ratio to raw", "control: steer publish→next model call", "recovery: kill -9", "idle: heap held", "age: last / first", "window: input tokens with context:", "window: input tokens without"} {
 		if !strings.Contains(out.String(), label) {
 			t.Errorf("report has no row %q:\n%s", label, out.String())
 		}

@@ -52,6 +52,18 @@ var rows = []row{
 	{Idle, "idle: heap held for the idle sessions", func(f map[string]float64) string {
 		return fmt.Sprintf("%.1f MB (%.0f B each, %.0f goroutines)", f["held-MB"], f["held-bytes/session"], f["goroutines-held"])
 	}},
+	{Age, "age: time per event, first 100 / last 100", func(f map[string]float64) string {
+		return fmt.Sprintf("%s / %s", ms(f["first-ms"]), ms(f["last-ms"]))
+	}},
+	{Age, "age: last / first; last to raw", func(f map[string]float64) string {
+		return fmt.Sprintf("%.2f; %.1f", f["last/first"], f["ratio-to-raw"])
+	}},
+	{Window, "window: input tokens with context:, largest / last", func(f map[string]float64) string {
+		return fmt.Sprintf("%.0f / %.0f (compact at %.0f)", f["with-max-tokens"], f["with-last-tokens"], f["compact-at-tokens"])
+	}},
+	{Window, "window: input tokens without, first / last", func(f map[string]float64) string {
+		return fmt.Sprintf("%.0f / %.0f (+%.0f a tick)", f["without-first-tokens"], f["without-last-tokens"], f["without-tokens/tick"])
+	}},
 }
 
 // ms renders milliseconds.
@@ -112,6 +124,8 @@ func (r Report) Write(w io.Writer) error {
 	fmt.Fprintf(w, "control: %d of each, publish waiting for the JL_CTL ack; raw: delivery to an ordered consumer.\n", c.Control)
 	fmt.Fprintf(w, "recovery: %d rounds of kill -9 of the `jetloop worker` running a shell step, with a standby worker; lease TTL and ack wait %s.\n", c.Recoveries, c.LeaseTTL)
 	fmt.Fprintf(w, "idle: %d sessions run once, then at rest; heap of the worker running less after it stopped.\n", c.Sessions)
+	fmt.Fprintf(w, "age: %d events into one persistent session (scripted model; a 4 KB tool result each; context policy: mask after 4 turns, compact at 4000 tokens); publish to rest; raw: its publish, and the entry creates and state writes of its three steps.\n", c.AgeEvents)
+	fmt.Fprintf(w, "window: %d ticks of a persistent monitor on the OpenAI provider against an in-process fake (a 4 KB tool result each), with and without a context policy; input as the provider counted it.\n", c.WindowTicks)
 	for _, res := range r.Results {
 		if res.Note != "" {
 			fmt.Fprintf(w, "%s (%s): %s\n", res.Name, syncLabel(res.Sync), res.Note)

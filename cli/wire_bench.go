@@ -16,7 +16,7 @@ import (
 // benchCommands are the verbs that measure jetloop (bench).
 func benchCommands() []command {
 	return []command{
-		{name: "bench", summary: "measure ingest, steps, control, recovery and idle sessions against raw JetStream", run: runBench},
+		{name: "bench", summary: "measure ingest, steps, control, recovery, idle sessions and a session's cost over its age against raw JetStream", run: runBench},
 	}
 }
 
@@ -33,6 +33,8 @@ func runBench(ctx context.Context, env *Env, args []string) error {
 	fs.IntVar(&cfg.Control, "control", bench.DefaultControl, "control messages of each kind")
 	fs.IntVar(&cfg.Recoveries, "recoveries", bench.DefaultRecoveries, "kills -9 of the recovery measurement")
 	fs.IntVar(&cfg.Sessions, "sessions", bench.DefaultSessions, "idle sessions of the idle measurement")
+	fs.IntVar(&cfg.AgeEvents, "age-events", bench.DefaultAgeEvents, "events into one session of the age measurement")
+	fs.IntVar(&cfg.WindowTicks, "window-ticks", bench.DefaultWindowTicks, "ticks of each run of the window measurement")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", bench.DefaultLeaseTTL, "lease TTL and ack wait of the recovery measurement's workers")
 	fs.StringVar(&cfg.Dir, "dir", "", "folder for the servers' stores (default: a temporary folder, removed afterwards)")
 	fs.BoolVar(&asJSON, "json", false, "print the results as JSON")

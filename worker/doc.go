@@ -68,7 +68,9 @@
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),
 // step_model.go and step_tool.go (a model call, a tool call),
-// step_reply.go (a post to the run's chat thread), merge.go
+// step_reply.go (a post to the run's chat thread), step_compact.go (a
+// compaction), context.go (what a call receives), retention.go (removing
+// sessions at rest), merge.go
 // (the next step's intent in a settlement's write), recover.go (an intent
 // without its settlement), budget.go (the limits checked before a step),
 // end.go (a run ended early: its open calls answered), outcome.go (a
@@ -79,6 +81,17 @@
 // server, closed when the session's runner ends (it rests, or runs
 // elsewhere); a catalog change the pool finds is written to JL_AUDIT
 // (jl.audit.mcp_catalog.<agent>).
+//
+// A model call receives the live window (package window): the head, the
+// latest summary and the tail after it, read by key when a session is
+// claimed (record.State.Live), never the whole transcript; an input event
+// enters it as its trigger's payload or its default projection (package
+// projection). When the call's input would pass the context policy's
+// compact_at_tokens, a compaction step comes first (step_compact.go): a
+// model step whose intent reserves the summary's id and names what it
+// covers, so recovery makes it again or adopts the stored summary. The
+// retention of an agent's sessions at rest (retention.go) runs in every
+// worker serving it, one pass per interval by a lease.
 //
 // The durable record itself (State, Entry, Intent, the store) and its
 // readers (List, Show, Follow) are record/'s.
