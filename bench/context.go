@@ -53,7 +53,7 @@ func benchAge(ctx context.Context, e *env) (map[string]float64, error) {
 	first, last := 1, 4
 	call := policies.ScriptEntry{Text: "Checking.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}}}
 	def := policies.Definition{Name: "age", Tools: []string{"probe"},
-		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{call, {Text: "Nothing changed."}}},
+		Model:   policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{call, {Text: "Nothing changed."}}},
 		Context: &policies.ContextPolicy{MaskAfterTurns: 4, CompactAtTokens: 4000, KeepFirstTurns: &first, KeepLastTurns: &last}}
 	stop, err := e.runWorker(ctx, worker.Config{Definitions: fixedDefs{"age": def}, Tools: worker.ToolMap{"probe": probe}, Agents: []string{"age"}})
 	if err != nil {
