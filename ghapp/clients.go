@@ -167,7 +167,7 @@ func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, 
 		}
 		tr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
 		tr.Client = &http.Client{Transport: exchangeCounter{next: c.opts.Transport, c: c, inst: inst}, Timeout: c.opts.Timeout}
-		return &credential{rt: tr}
+		return &credential{rt: tr, installation: true}
 	})
 	if cr == nil {
 		return nil, buildErr
@@ -189,13 +189,26 @@ func (c *Clients) credential(key string, build func() *credential) *credential {
 	cr := build()
 	if cr != nil {
 		cr.limit = &limiter{}
+		cr.key = key
 		c.creds[key] = cr
 	}
 	return cr
 }
 
+// drop forgets cr when GitHub refused its installation token (revoked,
+// or expired by GitHub's clock before ours): the next client exchanges a
+// new one. A credential already replaced stays as it is.
+func (c *Clients) drop(cr *credential) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.creds[cr.key] == cr {
+		delete(c.creds, cr.key)
+		c.opts.Logger.Warn("github refused an installation token; the next request exchanges a new one")
+	}
+}
+
 func (c *Clients) client(base string, cr *credential) (*github.Client, error) {
-	hc := &http.Client{Timeout: c.opts.Timeout, Transport: &rateLimited{next: cr.rt, l: cr.limit, max: c.opts.MaxRateLimitWait, c: c}}
+	hc := &http.Client{Timeout: c.opts.Timeout, Transport: &rateLimited{next: cr.rt, cr: cr, l: cr.limit, max: c.opts.MaxRateLimitWait, c: c}}
 	gc, err := github.NewClient(github.WithHTTPClient(hc), github.WithURLs(&base, &base), github.WithUserAgent("jetloop"))
 	if err != nil {
 		return nil, fmt.Errorf("github: client for %s: %w", base, err)
@@ -207,6 +220,10 @@ func (c *Clients) client(base string, cr *credential) (*github.Client, error) {
 type credential struct {
 	rt    http.RoundTripper
 	limit *limiter
+	key   string
+	// installation marks an App installation's token, which GitHub may
+	// refuse before it expires by our clock.
+	installation bool
 }
 
 func appKey(a Auth) string {

@@ -297,4 +297,18 @@ func TestExpiredTokenRefused(t *testing.T) {
 	if n := len(fake.Comments("octo/repo", 1)); n != 1 {
 		t.Fatalf("%d comments, want 1", n)
 	}
+	// Back on time, the refused token is not used again: the next client
+	// exchanges a new one.
+	fake.SetClock(time.Now)
+	before := fake.Exchanges()
+	c3, err := clients.For(context.Background(), appSettings(t, fake), ghapp.Target{Repo: "octo/repo", Installation: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := comment(context.Background(), c3, "octo/repo", 1, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if fake.Exchanges() != before+1 {
+		t.Fatalf("exchanges %d, want %d: the refused token was kept", fake.Exchanges(), before+1)
+	}
 }

@@ -11,7 +11,9 @@
 // installation (or the repository's, looked up once and cached), caches the
 // token until a minute before it expires, and refreshes it single-flight
 // per installation, so sessions that need a token at the same moment cause
-// one exchange. A 403 or 429 that GitHub marks as a rate limit
+// one exchange; a token GitHub refuses (401: revoked, or expired by
+// GitHub's clock before ours) is dropped, so the next request exchanges a
+// new one. A 403 or 429 that GitHub marks as a rate limit
 // (Retry-After, or x-ratelimit-remaining 0 with x-ratelimit-reset) holds
 // back every request of that installation until the limit resets and is
 // retried in the transport, so a rate limit costs the run neither a turn

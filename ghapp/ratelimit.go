@@ -53,6 +53,7 @@ func (l *limiter) set(until time.Time, status int) {
 // resets soon enough: within max and before the request's deadline.
 type rateLimited struct {
 	next http.RoundTripper
+	cr   *credential
 	l    *limiter
 	max  time.Duration
 	c    *Clients
@@ -83,6 +84,9 @@ func (t *rateLimited) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.next.RoundTrip(r)
 		if err != nil {
 			return nil, err
+		}
+		if resp.StatusCode == http.StatusUnauthorized && t.cr != nil && t.cr.installation {
+			t.c.drop(t.cr)
 		}
 		until, limited := rateLimitReset(resp, time.Now())
 		if !limited {
