@@ -481,6 +481,32 @@ func (n Names) DLQReason(subject string) (string, error) {
 	return r, nil
 }
 
+// Incarnation is the core subject on which one incarnation (one process
+// run) of a worker answers that it is alive:
+// jl.worker.<worker>.<incarnation>.
+func (n Names) Incarnation(worker, incarnation string) (string, error) {
+	wt, err := events.EncodeToken(worker)
+	if err != nil {
+		return "", fmt.Errorf("streams: worker id: %w", err)
+	}
+	it, err := events.EncodeToken(incarnation)
+	if err != nil {
+		return "", fmt.Errorf("streams: incarnation: %w", err)
+	}
+	return n.p() + ".worker." + wt + "." + it, nil
+}
+
+// StartKey is the key in jl_leases of a worker's start record, which names
+// its current incarnation: _start.<worker>. No session lease has it
+// (agent names start with a letter or digit).
+func (n Names) StartKey(worker string) (string, error) {
+	wt, err := events.EncodeToken(worker)
+	if err != nil {
+		return "", fmt.Errorf("streams: worker id: %w", err)
+	}
+	return "_start." + wt, nil
+}
+
 // ParseSessionKey returns the session a jl_sessions or jl_leases key names.
 func (n Names) ParseSessionKey(key string) (SessionRef, error) {
 	parts := strings.SplitN(key, ".", 3)

@@ -20,6 +20,11 @@
 // Budgets are checked before every step; every status change is a KV write
 // plus a jl.status.<agent>.<session> message and a JL_AUDIT record.
 //
+// A worker restarted with the identity it had takes back at once the
+// sessions whose leases its dead incarnation holds (incarnation.go): each
+// process run has an incarnation id, written into its leases and its start
+// record, and answers on its liveness subject while it lives.
+//
 // Control messages (steer, interrupt, resume, cancel, approve, deny, fork)
 // are consumed from JL_CTL through a second durable pull consumer per
 // agent, and heard at once by the owner of a running session through a

@@ -20,9 +20,11 @@ const DefaultLeaseTTL = 30 * time.Second
 
 // leaseValue is what a lease key holds: who owns the session, since when.
 type leaseValue struct {
-	Owner    string    `json:"owner"`
-	Acquired time.Time `json:"acquired"`
-	Renewed  time.Time `json:"renewed"`
+	Owner string `json:"owner"`
+	// Incarnation is the run of the owner's process that holds it.
+	Incarnation string    `json:"incarnation,omitempty"`
+	Acquired    time.Time `json:"acquired"`
+	Renewed     time.Time `json:"renewed"`
 }
 
 // leases creates, renews and releases session leases in jl_leases. A lease
@@ -35,6 +37,11 @@ type leases struct {
 	bucket string
 	ttl    time.Duration
 	owner  string
+	// incarnation is this process's run of owner.
+	incarnation string
+	// predecessor reports whether a lease's holder is a dead earlier
+	// incarnation of this worker, whose lease can be taken at once.
+	predecessor func(context.Context, leaseValue) bool
 }
 
 // lease is one held session lease.
@@ -52,8 +59,11 @@ type lease struct {
 func (l *leases) acquire(ctx context.Context, ref streams.SessionRef) (*lease, error) {
 	key := l.names.LeaseKey(ref)
 	now := time.Now()
-	b, _ := json.Marshal(leaseValue{Owner: l.owner, Acquired: now, Renewed: now})
+	b, _ := json.Marshal(leaseValue{Owner: l.owner, Incarnation: l.incarnation, Acquired: now, Renewed: now})
 	rev, err := l.kv.Create(ctx, key, b, jetstream.KeyTTL(l.ttl))
+	if errors.Is(err, jetstream.ErrKeyExists) && l.takeFromPredecessor(ctx, key) {
+		rev, err = l.kv.Create(ctx, key, b, jetstream.KeyTTL(l.ttl))
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("worker: lease %s: %w", ref, ErrLeased)
 	}
@@ -67,7 +77,7 @@ func (l *leases) acquire(ctx context.Context, ref streams.SessionRef) (*lease, e
 // lease lapsed or another worker holds it now.
 func (l *leases) renew(ctx context.Context, ls *lease) error {
 	now := time.Now()
-	b, _ := json.Marshal(leaseValue{Owner: l.owner, Acquired: ls.acquired, Renewed: now})
+	b, _ := json.Marshal(leaseValue{Owner: l.owner, Incarnation: l.incarnation, Acquired: ls.acquired, Renewed: now})
 	// The KV API's Update cannot set a TTL, and an update without one
 	// would make the lease immortal: publish the conditional write itself.
 	m := &nats.Msg{Subject: streams.KVSubject(l.bucket, ls.key), Header: nats.Header{}, Data: b}
@@ -90,4 +100,21 @@ func (l *leases) release(ctx context.Context, ls *lease) error {
 		return fmt.Errorf("worker: release lease %s: %w", ls.key, err)
 	}
 	return nil
+}
+
+// takeFromPredecessor deletes the lease at key when a dead earlier
+// incarnation of this worker holds it, and reports whether it did.
+func (l *leases) takeFromPredecessor(ctx context.Context, key string) bool {
+	if l.predecessor == nil {
+		return false
+	}
+	e, err := l.kv.Get(ctx, key)
+	if err != nil {
+		return false
+	}
+	var v leaseValue
+	if json.Unmarshal(e.Value(), &v) != nil || !l.predecessor(ctx, v) {
+		return false
+	}
+	return l.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())) == nil
 }

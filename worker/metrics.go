@@ -29,6 +29,7 @@ type Metrics struct {
 	controlSeconds *prometheus.HistogramVec
 	approvals      prometheus.Counter
 	waitTimeouts   *prometheus.CounterVec
+	reclaims       prometheus.Counter
 
 	writeRetries *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
@@ -100,6 +101,10 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "approvals_requested_total",
 			Help: "Tool calls an approval gate stopped before they ran.",
 		}),
+		reclaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "sessions_reclaimed_total",
+			Help: "Sessions taken back at start from a dead earlier incarnation of this worker, without waiting out their leases.",
+		}),
 		waitTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "wait_timeouts_total",
 			Help: "Waits for a human that timed out, by on_timeout (deny, cancel, escalate) and outcome (applied, stale: the answer came first).",
@@ -151,7 +156,7 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults, m.delegations, m.ledgerReports} {
+	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.reclaims, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults, m.delegations, m.ledgerReports} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -55,6 +55,11 @@ type Worker struct {
 	// blobs is jl_blobs: inputs of delegations too large for their event.
 	blobs jetstream.ObjectStore
 
+	// incarnation is this run of the process; alive answers on its
+	// liveness subject (see incarnation.go).
+	incarnation string
+	alive       *nats.Subscription
+
 	mu      sync.Mutex
 	runners map[string]*runner // by session key
 	wg      sync.WaitGroup     // runners
@@ -126,6 +131,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketLeases(), err)
 	}
 	w.leases = &leases{js: js, kv: lkv, names: cfg.Names, bucket: cfg.Names.BucketLeases(), ttl: cfg.LeaseTTL, owner: cfg.ID}
+	w.leases.predecessor = w.predecessor
 	skv, err := js.KeyValue(ctx, cfg.Names.BucketSlots())
 	if err != nil {
 		return nil, fmt.Errorf("worker: open bucket %s: %w", cfg.Names.BucketSlots(), err)
@@ -164,6 +170,13 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.sweep(ctx); err != nil {
 		return err
+	}
+	if err := w.startIncarnation(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = w.alive.Unsubscribe() }()
+	if err := w.reclaim(ctx); err != nil {
+		w.log.Warn("take back sessions of a dead incarnation; their leases lapse instead", "err", err)
 	}
 	w.log.Info("worker running", "agents", agentsLabel(w.cfg.Agents))
 	var err error
@@ -369,11 +382,28 @@ func (w *Worker) dispatch(ctx context.Context, m jetstream.Msg, ctl bool) {
 		_ = m.NakWithDelay(time.Second)
 		return
 	}
-	r := &runner{w: w, ref: ref, log: w.log.With("agent", ref.Agent, "session", ref.Session)}
+	r := w.newRunner(ctx, ref)
 	r.add(d)
+}
+
+// newRunner starts the session's runner; w.mu is held.
+func (w *Worker) newRunner(ctx context.Context, ref streams.SessionRef) *runner {
+	r := &runner{w: w, ref: ref, log: w.log.With("agent", ref.Agent, "session", ref.Session)}
 	w.runners[ref.Key()] = r
 	w.m.active.Inc()
 	w.wg.Go(func() { r.run(ctx) })
+	return r
+}
+
+// startRunner runs a session that has no delivery here (taken back from a
+// dead incarnation), unless it runs already.
+func (w *Worker) startRunner(ctx context.Context, ref streams.SessionRef) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.runners[ref.Key()]; ok || ctx.Err() != nil {
+		return
+	}
+	w.newRunner(ctx, ref)
 }
 
 // deadLetter publishes an input the worker cannot use to JL_DLQ on
