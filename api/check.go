@@ -94,6 +94,8 @@ func applicable(st record.State, m control.Message) (int, string) {
 		case st.Status == record.StatusPaused, question:
 		case final:
 			return http.StatusConflict, "the session is " + status
+		case st.Status == record.StatusWaiting && m.Text == "":
+			return http.StatusConflict, "the session waits for the sessions it delegated to (" + st.WaitingFor + "); it goes on when they answer"
 		case m.Text == "":
 			return http.StatusConflict, "the session is " + status + ", neither paused nor blocked: nothing to resume"
 		}

@@ -166,6 +166,7 @@ func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse
 	if err != nil {
 		return StatusResponse{}, err
 	}
+	describeWaiting(all)
 	rows := make([]record.Summary, 0, len(all))
 	numbers := newVersionNumbers(s.agents)
 	for _, x := range all {
@@ -203,6 +204,12 @@ func (s *Service) show(ctx context.Context, req ShowRequest) (ShowResponse, erro
 		markMasked(&tr, def)
 	}
 	tr.DefinitionVersion = newVersionNumbers(s.agents).of(ctx, tr.Agent, tr.DefinitionVersion, tr.DefinitionRevision)
+	if from == 1 {
+		// The first page says what the session delegated and to whom.
+		if err := s.delegationOf(ctx, ref, &tr); err != nil {
+			return ShowResponse{}, err
+		}
+	}
 	entries := tr.Transcript
 	out := ShowResponse{Transcript: tr}
 	out.Transcript.Transcript = []record.Entry{}

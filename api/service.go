@@ -19,6 +19,7 @@ import (
 
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
+	"github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
@@ -118,6 +119,8 @@ type Service struct {
 	// seen is jl_dedupe: ticks fired by hand, and control requests by
 	// their id (an Idempotency-Key) with a digest of what they asked.
 	seen *dedupe.Store
+	// ledger is jl_ledger: the accounts of delegation trees.
+	ledger *ledger.Store
 }
 
 // New binds a service to the deployment's streams and buckets, which
@@ -155,8 +158,12 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 	if err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	lg, err := ledger.Open(ctx, js, cfg.Names)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics,
-		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver, seen: seen}, nil
+		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver, seen: seen, ledger: lg}, nil
 }
 
 // Run serves the micro service until ctx ends, then stops it: its

@@ -314,7 +314,9 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 			}
 		case u.Entry != nil && u.Entry.Kind == record.KindAssistant && ours:
 			answer = u.Entry.Text
-		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Pending == nil:
+		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Status != record.StatusWaiting && u.State.Pending == nil:
+			// A session waiting for the sessions it delegated to goes on
+			// by itself when they answer: its run has not rested.
 			final = u.State
 			return record.ErrStop
 		}
@@ -346,9 +348,11 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 
 func runStatus(ctx context.Context, env *Env, args []string) error {
 	var agent, status string
+	var tree bool
 	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "status", "[flags]", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "only this agent's sessions")
 		fs.StringVar(&status, "status", "", "only sessions with this status (e.g. blocked)")
+		fs.BoolVar(&tree, "tree", false, "each session under the one that delegated to it, with the usage of its tree")
 	})
 	if err != nil {
 		return err
@@ -369,6 +373,9 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 	if resp.Truncated {
 		fmt.Fprintf(env.Stderr, "jetloop status: only the first %d sessions fit one answer; narrow with --agent or --status\n", len(rows))
 	}
+	if tree {
+		return printForest(env, api.Forest(rows), cf.json)
+	}
 	if cf.json {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
@@ -384,6 +391,43 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\t%s\n", s.Agent, s.Session, s.Status, ago(s.Since, now),
 			versionCell(s.DefinitionVersion, s.Rollout), s.Turns, s.Tokens, s.CostUSD, oneLine(note, 80))
+	}
+	return tw.Flush()
+}
+
+// printForest prints delegation trees: each session under the one that
+// delegated to it, with its own usage and its tree's.
+func printForest(env *Env, forest []api.Node, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		if forest == nil {
+			forest = []api.Node{}
+		}
+		return enc.Encode(forest)
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tSTATUS\tSINCE\tTURNS\tTOKENS\tCOST\tTREE TURNS\tTREE TOKENS\tTREE COST\tWAITING FOR / REASON")
+	var walk func(n api.Node, indent string)
+	walk = func(n api.Node, indent string) {
+		s := n.Summary
+		note := s.WaitingFor
+		if note == "" {
+			note = s.Reason
+		}
+		name := s.Agent + "/" + s.Session
+		if indent != "" {
+			name = indent + "└ " + name
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t$%.4f\t%d\t%d\t$%.4f\t%s\n", name, s.Status, ago(s.Since, now),
+			s.Turns, s.Tokens, s.CostUSD, s.SubtreeTurns, s.SubtreeTokens, s.SubtreeCostUSD, oneLine(note, 80))
+		for _, c := range n.Children {
+			walk(c, indent+"  ")
+		}
+	}
+	for _, n := range forest {
+		walk(n, "")
 	}
 	return tw.Flush()
 }
@@ -436,6 +480,9 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	if tr.Parent != "" {
 		fmt.Fprintf(w, "forked from %s/%s at turn %d\n", tr.Agent, tr.Parent, tr.ForkTurn)
 	}
+	if d := tr.Delegation; d != nil {
+		fmt.Fprintf(w, "delegated by %s (call %s), %d delegation(s) below %s; task: %s\n", d.Parent, d.CallID, d.Hops, pathRoot(d), oneLine(d.Task, 100))
+	}
 	u, r, l := tr.Budget.Usage, tr.Budget.Run, tr.Budget.Limits
 	fmt.Fprintf(w, "definition %s  this run: turns %d%s  tokens %d%s  cost $%.4f%s\n", versionCell(tr.DefinitionVersion, tr.Rollout),
 		r.Turns, limit(l.MaxTurns > 0, fmt.Sprint(l.MaxTurns)), r.Tokens, limit(l.MaxTokens > 0, fmt.Sprint(l.MaxTokens)),
@@ -447,11 +494,52 @@ func runShow(ctx context.Context, env *Env, args []string) error {
 	if p := tr.Pending; p != nil {
 		fmt.Fprintf(w, "in flight: step %d %s %s (since %s, %s)\n", p.Step, p.Kind, p.Tool, p.Started.Local().Format(time.TimeOnly), p.Owner)
 	}
+	printDelegated(w, tr)
 	fmt.Fprintln(w)
 	for _, e := range tr.Transcript {
 		printEntry(w, e)
 	}
 	return nil
+}
+
+// pathRoot is the root of a delegation's path.
+func pathRoot(d *record.Delegation) string {
+	if len(d.Path) == 0 {
+		return d.Parent
+	}
+	return d.Path[0].Session
+}
+
+// printDelegated prints what a session delegated: its tree's usage, the
+// live ledger account, and each child with its status.
+func printDelegated(w io.Writer, tr record.Transcript) {
+	if st := tr.Budget.Subtree; len(tr.Children) > 0 || tr.Budget.Delegated.Sessions > 0 {
+		fmt.Fprintf(w, "with its delegations: turns %d  tokens %d  cost $%.4f (%d delegated session(s) answered)\n",
+			st.Turns, st.Tokens, st.CostUSD, tr.Budget.Delegated.Sessions)
+	}
+	if a := tr.Ledger; a != nil {
+		tot := a.Total()
+		fmt.Fprintf(w, "ledger of run %s: turns %d%s  tokens %d%s  cost $%.4f%s over %d session(s)\n", a.Run,
+			tot.Turns, limit(a.Ceiling.MaxTurns > 0, fmt.Sprint(a.Ceiling.MaxTurns)),
+			tot.Tokens(), limit(a.Ceiling.MaxTokens > 0, fmt.Sprint(a.Ceiling.MaxTokens)),
+			tot.CostUSD, limit(a.Ceiling.MaxCostUSD > 0, fmt.Sprintf("$%.4f", a.Ceiling.MaxCostUSD)), len(a.Parts))
+	}
+	for _, c := range tr.Children {
+		state := string(c.Status)
+		if state == "" {
+			state = "not started yet"
+		}
+		if c.WaitingFor != "" {
+			state += ": " + c.WaitingFor
+		} else if c.Reason != "" {
+			state += ": " + c.Reason
+		}
+		answered := "waited for"
+		if c.Answered {
+			answered = "answered"
+		}
+		fmt.Fprintf(w, "  delegated %s → %s  %s, %s  (tree: turns %d, $%.4f)\n", c.CallID, c.Session, oneLine(state, 80), answered, c.SubtreeTurns, c.SubtreeCostUSD)
+	}
 }
 
 func runTail(ctx context.Context, env *Env, args []string) error {
@@ -501,7 +589,7 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 				fmt.Fprintln(env.Stdout, line)
 			}
 		}
-		if untilRest && st.Status.Resting() && st.Pending == nil && st.NextEntry > 1 {
+		if untilRest && st.Status.Resting() && st.Status != record.StatusWaiting && st.Pending == nil && st.NextEntry > 1 {
 			return record.ErrStop
 		}
 		return nil
@@ -529,6 +617,7 @@ func showAll(ctx context.Context, c *api.Client, ref streams.SessionRef, from ui
 // showRange is showAll of at most limit entries (0: all).
 func showRange(ctx context.Context, c *api.Client, ref streams.SessionRef, from uint64, limit int) (record.Transcript, error) {
 	entries := []record.Entry{}
+	var first *record.Transcript
 	for range maxShowPages {
 		req := api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: from}
 		if limit > 0 {
@@ -539,9 +628,15 @@ func showRange(ctx context.Context, c *api.Client, ref streams.SessionRef, from 
 			return record.Transcript{}, err
 		}
 		entries = append(entries, resp.Transcript.Transcript...)
+		if first == nil {
+			f := resp.Transcript
+			first = &f
+		}
 		if !resp.Truncated || (limit > 0 && len(entries) >= limit) {
 			tr := resp.Transcript
 			tr.Transcript = entries
+			// The first page says what the session delegated.
+			tr.Children, tr.Ledger, tr.WaitingFor = first.Children, first.Ledger, first.WaitingFor
 			return tr, nil
 		}
 		if resp.Next <= from {

@@ -57,6 +57,10 @@ type childSpec struct {
 	// process does: their processes started as trees recorded under the
 	// work folder, and swept when the worker starts.
 	Shell bool `json:"shell,omitempty"`
+	// More are agents the worker runs beside Def; with them it runs the
+	// delegate tool too, its delegations admitted by the pipeline every
+	// event takes.
+	More []policies.Definition `json:"more,omitempty"`
 }
 
 // Timings that make a crashed worker's lease and deliveries come back
@@ -102,6 +106,20 @@ func TestWorkerChild(t *testing.T) {
 			inner, err := worker.ScriptedOnly(m)
 			return countedModel{inner: inner, path: spec.Calls}, err
 		},
+	}
+	if len(spec.More) > 0 {
+		defs := fixedDefs{spec.Def.Name: spec.Def}
+		for _, d := range spec.More {
+			defs[d.Name] = d
+			cfg.Agents = append(cfg.Agents, d.Name)
+		}
+		cfg.Definitions = defs
+		for _, tl := range tools.Builtins(tools.BuiltinConfig{}) {
+			if tl.Spec().Name == "delegate" {
+				tm["delegate"] = tl
+			}
+		}
+		cfg.Admit = delegationPipeline(t, js, defs)
 	}
 	if spec.Shell {
 		trees, err := proctree.New(proctree.Config{Dir: filepath.Join(spec.WorkDir, ".trees")})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -52,9 +53,37 @@ type Summary struct {
 	Owner              string    `json:"owner,omitempty"`
 	// Parent is the session this one was forked from.
 	Parent string `json:"parent,omitempty"`
+	// DelegatedBy is the session whose delegate call DelegatedCall started
+	// this one ("agent/session"), and Children the sessions this one's
+	// delegate calls wait for.
+	DelegatedBy   string   `json:"delegated_by,omitempty"`
+	DelegatedCall string   `json:"delegated_call,omitempty"`
+	Children      []string `json:"children,omitempty"`
+	// SubtreeTurns, SubtreeTokens and SubtreeCostUSD are the lifetime
+	// totals with those of every session it delegated to, and theirs, as
+	// they answered.
+	SubtreeTurns   int     `json:"subtree_turns"`
+	SubtreeTokens  int64   `json:"subtree_tokens"`
+	SubtreeCostUSD float64 `json:"subtree_cost_usd"`
 }
 
 func summarise(st State) Summary {
+	sum := summary(st)
+	if d := st.Delegation; d != nil {
+		sum.DelegatedBy, sum.DelegatedCall = d.Parent, d.CallID
+	}
+	for _, c := range st.Children {
+		if c.Cancel == "" {
+			sum.Children = append(sum.Children, c.Session)
+		}
+	}
+	sum.SubtreeTurns = st.Turns + st.Delegated.Turns
+	sum.SubtreeTokens = st.Usage.Tokens() + st.Delegated.Usage.Tokens()
+	sum.SubtreeCostUSD = st.Usage.CostUSD + st.Delegated.Usage.CostUSD
+	return sum
+}
+
+func summary(st State) Summary {
 	return Summary{
 		Agent: st.Agent, Session: st.Session, Status: st.Status, Since: st.Since,
 		Turns: st.Turns, Tokens: st.Usage.Tokens(), CostUSD: st.Usage.CostUSD,
@@ -138,6 +167,12 @@ type Budget struct {
 	Usage Usage `json:"usage"`
 	// Run is the current (or last) run's usage, beside the limits.
 	Run RunUsage `json:"run"`
+	// Delegated is what the sessions it delegated to (and theirs)
+	// consumed over its life, and RunDelegated in the current (or last)
+	// run, as they answered; Subtree is Usage with Delegated.
+	Delegated    Tree  `json:"delegated"`
+	RunDelegated Tree  `json:"run_delegated"`
+	Subtree      Usage `json:"subtree"`
 }
 
 // Transcript is one session as `jetloop show --json` prints it: a
@@ -157,6 +192,18 @@ type Transcript struct {
 	// ForkTurn the last turn copied from it.
 	Parent   string `json:"parent,omitempty"`
 	ForkTurn int    `json:"fork_turn,omitempty"`
+	// Delegation is where a delegated session came from: the delegating
+	// session and call, the task, its depth and path, the budget its
+	// parent carved, and whether it answered.
+	Delegation *Delegation `json:"delegation,omitempty"`
+	// Children are the sessions it delegated to: those its delegate calls
+	// wait for, from its state (the API lists every one, with its status
+	// and usage).
+	Children []ChildStatus `json:"children,omitempty"`
+	// Ledger is the account of its current (or last) delegating run in
+	// jl_ledger, live: what it and every session below it consumed so far
+	// (set by the API).
+	Ledger *ledger.Account `json:"ledger,omitempty"`
 	// Steers are texts queued for the next model call.
 	Steers []Steer `json:"steers,omitempty"`
 	Budget Budget  `json:"budget"`
@@ -175,6 +222,36 @@ type Transcript struct {
 	// Window is where the live context starts (after a compaction).
 	Window     *Window `json:"window,omitempty"`
 	Transcript []Entry `json:"transcript"`
+}
+
+// ChildStatus is a session another delegated to, as show lists it.
+type ChildStatus struct {
+	// Session is the child, "agent/session", and CallID the delegate call
+	// it answers.
+	Session string `json:"session"`
+	CallID  string `json:"call_id"`
+	// Answered: its answer settled the call.
+	Answered bool `json:"answered"`
+	// Status, Since, WaitingFor, Reason and the subtree totals are the
+	// child's, set by readers that look it up (the API).
+	Status         Status    `json:"status,omitempty"`
+	Since          time.Time `json:"since,omitzero"`
+	WaitingFor     string    `json:"waiting_for,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	SubtreeTurns   int       `json:"subtree_turns"`
+	SubtreeTokens  int64     `json:"subtree_tokens"`
+	SubtreeCostUSD float64   `json:"subtree_cost_usd"`
+}
+
+// awaitedChildren are the children st's delegate calls wait for.
+func awaitedChildren(st State) []ChildStatus {
+	var out []ChildStatus
+	for _, c := range st.Children {
+		if c.Cancel == "" {
+			out = append(out, ChildStatus{Session: c.Session, CallID: c.CallID})
+		}
+	}
+	return out
 }
 
 // Show returns a session's state and whole transcript, consistent with
@@ -255,7 +332,13 @@ func transcriptOf(st State, entries []Entry) Transcript {
 		}, Run: RunUsage{
 			Turns: st.RunTurns, InputTokens: st.RunUsage.InputTokens, OutputTokens: st.RunUsage.OutputTokens,
 			Tokens: st.RunUsage.Tokens(), CostUSD: st.RunUsage.CostUSD, Started: st.RunStarted,
+		}, Delegated: st.Delegated, RunDelegated: st.RunDelegated, Subtree: Usage{
+			Turns: st.Turns + st.Delegated.Turns, InputTokens: st.Usage.InputTokens + st.Delegated.Usage.InputTokens,
+			OutputTokens: st.Usage.OutputTokens + st.Delegated.Usage.OutputTokens,
+			Tokens:       st.Usage.Tokens() + st.Delegated.Usage.Tokens(), CostUSD: st.Usage.CostUSD + st.Delegated.Usage.CostUSD,
+			UnknownUsageCalls: st.UnknownUsage,
 		}},
+		Delegation: st.Delegation, Children: awaitedChildren(st),
 		Pending: st.Pending,
 		InSeq:   st.InSeq, CtlSeq: st.CtlSeq, Owner: st.Owner,
 		Transcript: entries,

@@ -73,12 +73,15 @@ const (
 // error result. An error leaves the intent for recovery, which makes the
 // effect again: the child's event id is the call id, so a repeat is one
 // event and one child.
-func (s *session) delegate(ctx context.Context, call record.CallRef, in record.Intent, d tools.Delegation) error {
+func (s *session) delegate(ctx context.Context, call record.CallRef, in record.Intent, d tools.Delegation, recovery bool) error {
 	dctx, cancel := s.stepContext(ctx)
 	child, refusal, err := s.startChild(dctx, call, d)
 	abort := aborted(dctx)
 	deadline := dctx.Err() != nil && ctx.Err() == nil && abort == nil
 	cancel()
+	if err == nil && ctx.Err() == nil && abort == nil && !deadline {
+		s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
+	}
 	switch {
 	case ctx.Err() != nil:
 		return context.Cause(ctx)

@@ -228,6 +228,10 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 		s.log.Info("tool call aborted", "tool", call.Name, "call", call.ID, "step", in.Step, "why", abort)
 		return abort
 	}
+	if res.delegate != nil && !res.isErr && !deadline {
+		// The effect of a delegate call is the worker's: its child's start.
+		return s.delegate(ctx, call, in, *res.delegate, recovery)
+	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
 	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepTool))...).Observe(time.Since(in.Started).Seconds())
 	if timedOut && res.isErr {
@@ -266,9 +270,6 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 	}
 	if res.block {
 		return s.block(ctx, call, in.Step, res.text)
-	}
-	if res.delegate != nil && !res.isErr {
-		return s.delegate(ctx, call, in, *res.delegate)
 	}
 	return s.settleResult(ctx, call, in, res.text, res.isErr, res.blob)
 }

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jetloop/jetloop/ledger"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// Delegation trees as status and show report them: a waiting session
+// says what each session it waits for is doing (a reviewer blocked on an
+// approval makes its parent say so), show lists a session's children
+// with their statuses, and Forest arranges a status listing as trees.
+
+// maxWaitDepth bounds how far down a waiting session's description goes.
+const maxWaitDepth = 3
+
+// describeWaiting rewrites the waiting_for of every waiting session in
+// all with what the sessions it waits for are doing now.
+func describeWaiting(all []record.Summary) {
+	by := make(map[string]int, len(all))
+	for i, x := range all {
+		by[x.Agent+"/"+x.Session] = i
+	}
+	var describe func(i, depth int) string
+	describe = func(i, depth int) string {
+		x := all[i]
+		if x.Status != record.StatusWaiting || len(x.Children) == 0 || depth > maxWaitDepth {
+			return x.WaitingFor
+		}
+		parts := make([]string, 0, len(x.Children))
+		for _, c := range x.Children {
+			j, ok := by[c]
+			if !ok {
+				parts = append(parts, c+" (not started yet)")
+				continue
+			}
+			ch := all[j]
+			what := string(ch.Status)
+			if w := describe(j, depth+1); w != "" && (ch.Status == record.StatusBlocked || ch.Status == record.StatusWaiting || ch.Status == record.StatusQueued) {
+				what += ": " + w
+			}
+			parts = append(parts, c+" ("+what+")")
+		}
+		return "the answers of " + strings.Join(parts, ", ")
+	}
+	out := make([]string, len(all))
+	for i := range all {
+		out[i] = describe(i, 0)
+	}
+	for i := range all {
+		all[i].WaitingFor = out[i]
+	}
+}
+
+// Node is a session in a delegation tree, with the sessions it delegated
+// to.
+type Node struct {
+	record.Summary
+	Children []Node `json:"children,omitempty"`
+}
+
+// Forest arranges sessions as delegation trees: each session under the
+// one that delegated to it, in the order given; a session whose parent is
+// not among them is a root.
+func Forest(rows []record.Summary) []Node {
+	by := make(map[string]int, len(rows))
+	for i, x := range rows {
+		by[x.Agent+"/"+x.Session] = i
+	}
+	kids := make(map[int][]int, len(rows))
+	var roots []int
+	for i, x := range rows {
+		if p, ok := by[x.DelegatedBy]; ok && x.DelegatedBy != "" && p != i {
+			kids[p] = append(kids[p], i)
+			continue
+		}
+		roots = append(roots, i)
+	}
+	for p := range kids {
+		// A session's children in the order of its calls.
+		slices.SortStableFunc(kids[p], func(a, b int) int { return naturalCompare(rows[a].DelegatedCall, rows[b].DelegatedCall) })
+	}
+	var build func(i, depth int) Node
+	build = func(i, depth int) Node {
+		n := Node{Summary: rows[i]}
+		if depth > maxTreeDepth {
+			return n
+		}
+		for _, k := range kids[i] {
+			n.Children = append(n.Children, build(k, depth+1))
+		}
+		return n
+	}
+	out := make([]Node, 0, len(roots))
+	for _, r := range roots {
+		out = append(out, build(r, 0))
+	}
+	return out
+}
+
+// naturalCompare orders strings with their runs of digits as numbers:
+// call_2_0 before call_10_0.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Compare(len(na), len(nb)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(na, nb); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
+}
+
+// maxTreeDepth bounds a tree's depth, well past the deepest a delegation
+// may go.
+const maxTreeDepth = 64
+
+// children lists every session ref delegated to, among all, with its
+// status and usage; the ones its state still waits for are not answered.
+func children(ref streams.SessionRef, all []record.Summary, awaited []record.ChildStatus) []record.ChildStatus {
+	waiting := make(map[string]bool, len(awaited))
+	for _, c := range awaited {
+		waiting[c.Session] = true
+	}
+	var out []record.ChildStatus
+	for _, x := range all {
+		if x.DelegatedBy != ref.String() {
+			continue
+		}
+		name := x.Agent + "/" + x.Session
+		out = append(out, record.ChildStatus{
+			Session: name, CallID: x.DelegatedCall, Answered: !waiting[name],
+			Status: x.Status, Since: x.Since, WaitingFor: x.WaitingFor, Reason: x.Reason,
+			SubtreeTurns: x.SubtreeTurns, SubtreeTokens: x.SubtreeTokens, SubtreeCostUSD: x.SubtreeCostUSD,
+		})
+		delete(waiting, name)
+	}
+	for _, c := range awaited {
+		if waiting[c.Session] {
+			// Its start is admitted but not read yet.
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// delegationOf fills in tr the sessions it delegated to and its ledger
+// account, when it has either.
+func (s *Service) delegationOf(ctx context.Context, ref streams.SessionRef, tr *record.Transcript) error {
+	all, err := record.List(ctx, s.js, s.names)
+	if err != nil {
+		return err
+	}
+	describeWaiting(all)
+	for _, x := range all {
+		if x.Agent == ref.Agent && x.Session == ref.Session {
+			tr.WaitingFor = x.WaitingFor
+		}
+	}
+	tr.Children = children(ref, all, tr.Children)
+	if s.ledger == nil {
+		return nil
+	}
+	acct, err := s.ledger.Get(ctx, ref)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("api: ledger of %s: %w", ref, err)
+	}
+	tr.Ledger = &acct
+	return nil
+}
