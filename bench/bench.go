@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,15 +31,18 @@ const (
 
 // Measurements, by name.
 const (
-	Ingest   = "ingest"
-	Step     = "step"
+	Ingest = "ingest"
+	Step   = "step"
+	// StepR3 is Step on a three-node cluster, every stream and bucket
+	// replicated three times.
+	StepR3   = "step-r3"
 	Control  = "control"
 	Recovery = "recovery"
 	Idle     = "idle"
 )
 
 // All lists every measurement, in the order they run.
-func All() []string { return []string{Ingest, Step, Control, Recovery, Idle, Age, Window} }
+func All() []string { return []string{Ingest, Step, StepR3, Control, Recovery, Idle, Age, Window} }
 
 // Defaults of Config.
 const (
@@ -190,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep := Report{Config: cfg}
 	fns := map[string]func(context.Context, *env) (map[string]float64, error){
-		Ingest: benchIngest, Step: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
+		Ingest: benchIngest, Step: benchStep, StepR3: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
 		Age: benchAge, Window: benchWindow,
 	}
 	for _, name := range All() {
@@ -205,7 +211,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			start := time.Now()
 			res := Result{Name: name, Sync: sync}
 			figs, err := func() (map[string]float64, error) {
-				e, err := startEnv(ctx, cfg, filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d", name, len(rep.Results))), sync)
+				dir := filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d", name, len(rep.Results)))
+				start := startEnv
+				if name == StepR3 {
+					start = startCluster
+				}
+				e, err := start(ctx, cfg, dir, sync)
 				if err != nil {
 					return nil, err
 				}
@@ -228,7 +239,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // errSkipped marks a measurement that could not run here.
 var errSkipped = errors.New("skipped")
 
-// env is one embedded server with jetloop's streams provisioned.
+// env is one embedded server (or a cluster of them) with jetloop's
+// streams provisioned.
 type env struct {
 	cfg   Config
 	dir   string
@@ -236,6 +248,96 @@ type env struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	names streams.Names
+	// others are a cluster's other nodes.
+	others []*natsd.Server
+}
+
+// clusterSize is the nodes (and replicas) of StepR3's cluster.
+const clusterSize = 3
+
+// startCluster starts a three-node cluster on loopback, its JetStream
+// streams and buckets replicated on all three, and connects to every
+// node.
+func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
+	ports, err := freePorts(clusterSize)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+	}
+	e := &env{cfg: cfg, dir: dir, names: streams.Default()}
+	var nodes []*natsd.Server
+	for i := range clusterSize {
+		s, err := natsd.Start(natsd.Config{Dir: filepath.Join(dir, fmt.Sprintf("nats-%d", i+1)), Name: fmt.Sprintf("bench-%d", i+1), Sync: sync,
+			Cluster: natsd.ClusterConfig{Name: "bench", Port: ports[i], Routes: routes}})
+		if err != nil {
+			for _, n := range nodes {
+				_ = n.Shutdown(context.Background())
+			}
+			return nil, fmt.Errorf("bench: start cluster node %d: %w", i+1, err)
+		}
+		nodes = append(nodes, s)
+	}
+	e.srv, e.others = nodes[0], nodes[1:]
+	// A new cluster elects its meta leader within seconds; every node
+	// must be current with it before the streams are made.
+	ready := func() bool {
+		leader := false
+		for _, n := range nodes {
+			leader = leader || n.Server().JetStreamIsLeader()
+			if !n.JetStreamReady() {
+				return false
+			}
+		}
+		return leader
+	}
+	for deadline := time.Now().Add(time.Minute); !ready(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			e.close()
+			return nil, errors.New("bench: the cluster elected no JetStream meta leader within a minute")
+		}
+	}
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.ClientURL())
+	}
+	if e.nc, err = nats.Connect(strings.Join(urls, ","), nats.Name("jetloop bench")); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	if e.js, err = jetstream.New(e.nc); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := streams.Provision(pctx, e.js, streams.Options{Names: e.names, Replicas: clusterSize}); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: provision on the cluster: %w", err)
+	}
+	return e, nil
+}
+
+// freePorts finds n free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("bench: find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
 }
 
 func startEnv(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
@@ -263,10 +365,18 @@ func startEnv(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
 }
 
 func (e *env) close() {
-	e.nc.Close()
+	if e.nc != nil {
+		e.nc.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = e.srv.Shutdown(ctx)
+	var wg sync.WaitGroup
+	for _, s := range append([]*natsd.Server{e.srv}, e.others...) {
+		if s != nil {
+			wg.Go(func() { _ = s.Shutdown(ctx) })
+		}
+	}
+	wg.Wait()
 }
 
 // percentile returns the q-quantile of ds (sorted in place), in

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,18 +17,12 @@ type row struct {
 	render func(f map[string]float64) string
 }
 
-var rows = []row{
+var rows = slices.Concat([]row{
 	{Ingest, "ingest: webhooks/s, raw JetStream ops/s", func(f map[string]float64) string {
 		return fmt.Sprintf("%.0f vs %.0f", f["events/s"], f["raw-events/s"])
 	}},
 	{Ingest, "ingest: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
-	{Step, "step: durable steps/s, raw ops/s", func(f map[string]float64) string {
-		return fmt.Sprintf("%.0f vs %.0f", f["steps/s"], f["raw-steps/s"])
-	}},
-	{Step, "step: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
-	{Step, "step: raw step p50 / p99", func(f map[string]float64) string {
-		return fmt.Sprintf("%s / %s", ms(f["raw-step-p50-ms"]), ms(f["raw-step-p99-ms"]))
-	}},
+}, stepRows(Step, "step"), stepRows(StepR3, "step R3"), []row{
 	{Control, "control: raw publish→consume p50 / p99", func(f map[string]float64) string {
 		return fmt.Sprintf("%s / %s", ms(f["raw-p50-ms"]), ms(f["raw-p99-ms"]))
 	}},
@@ -64,6 +59,29 @@ var rows = []row{
 	{Window, "window: input tokens without, first / last", func(f map[string]float64) string {
 		return fmt.Sprintf("%.0f / %.0f (+%.0f a tick)", f["without-first-tokens"], f["without-last-tokens"], f["without-tokens/tick"])
 	}},
+})
+
+// stepRows are the rows of a step measurement (Step or StepR3), for one
+// and for eight sessions.
+func stepRows(name, label string) []row {
+	var out []row
+	for _, n := range StepSessions {
+		sfx, who := "", "1 session"
+		if n > 1 {
+			sfx, who = fmt.Sprintf("-%d", n), fmt.Sprintf("%d sessions", n)
+		}
+		out = append(out,
+			row{name, fmt.Sprintf("%s, %s: steps/s vs raw create+CAS/s", label, who), func(f map[string]float64) string {
+				return fmt.Sprintf("%.0f vs %.0f", f["steps/s"+sfx], f["raw-steps/s"+sfx])
+			}},
+			row{name, fmt.Sprintf("%s, %s: step p50 / p99 vs raw p50 / p99", label, who), func(f map[string]float64) string {
+				return fmt.Sprintf("%s / %s vs %s / %s", ms(f["step-p50-ms"+sfx]), ms(f["step-p99-ms"+sfx]), ms(f["raw-step-p50-ms"+sfx]), ms(f["raw-step-p99-ms"+sfx]))
+			}},
+			row{name, fmt.Sprintf("%s, %s: ratio to raw, steps/s (p50)", label, who), func(f map[string]float64) string {
+				return fmt.Sprintf("%.2f (%.2f×)", f["ratio"+sfx], f["p50-ratio"+sfx])
+			}})
+	}
+	return out
 }
 
 // ms renders milliseconds.
@@ -120,7 +138,8 @@ func (r Report) Write(w io.Writer) error {
 	}
 	c := r.Config
 	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time; raw: a jl_dedupe create and a publish each.\n", c.Events, sizeOf(r), c.Concurrency)
-	fmt.Fprintf(w, "step: %d steps of one session (scripted model, no-op tool); raw: a KV compare-and-set and an atomic batch each.\n", c.Steps)
+	fmt.Fprintf(w, "step: %d steps of one session, then of %d at once on one worker (scripted model, no-op replay-safe tool); raw: per step a KV create of %s and a compare-and-set of %s, what the best possible implementation needs; step R3: the same on a three-node cluster, replicas 3.\n",
+		c.Steps, StepSessions[len(StepSessions)-1], bytesOf(r, "create-bytes"), bytesOf(r, "state-bytes"))
 	fmt.Fprintf(w, "control: %d of each, publish waiting for the JL_CTL ack; raw: delivery to an ordered consumer.\n", c.Control)
 	fmt.Fprintf(w, "recovery: %d rounds of kill -9 of the `jetloop worker` running a shell step, with a standby worker; lease TTL and ack wait %s.\n", c.Recoveries, c.LeaseTTL)
 	fmt.Fprintf(w, "idle: %d sessions run once, then at rest; heap of the worker running less after it stopped.\n", c.Sessions)
@@ -137,6 +156,18 @@ func (r Report) Write(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "measured in %s\n", total.Round(time.Second))
 	return err
+}
+
+// bytesOf names the size figure fig of the step measurement.
+func bytesOf(r Report, fig string) string {
+	for _, res := range r.Results {
+		if res.Name == Step {
+			if b := res.Figures[fig]; b > 0 {
+				return fmt.Sprintf("%.0f bytes", b)
+			}
+		}
+	}
+	return "the step's size"
 }
 
 // sizeOf names the webhook body size of the run.

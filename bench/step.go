@@ -1,16 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/jetloop/jetloop/model"
@@ -19,13 +19,6 @@ import (
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/worker"
-)
-
-// Headers of a JetStream atomic batch.
-const (
-	hdrBatchID     = "Nats-Batch-Id"
-	hdrBatchSeq    = "Nats-Batch-Sequence"
-	hdrBatchCommit = "Nats-Batch-Commit"
 )
 
 // fixedDefs serves fixed definitions to an in-process worker.
@@ -97,144 +90,226 @@ func (w *statusWatch) until(ctx context.Context, ref streams.SessionRef, st reco
 	}
 }
 
+// untilAll waits for every one of refs to change to status st.
+func (w *statusWatch) untilAll(ctx context.Context, refs []streams.SessionRef, st record.Status, timeout time.Duration) (time.Time, error) {
+	left := map[streams.SessionRef]bool{}
+	for _, r := range refs {
+		left[r] = true
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for len(left) > 0 {
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-t.C:
+			return time.Time{}, fmt.Errorf("%d of %d sessions not %s within %s", len(left), len(refs), st, timeout)
+		case m := <-w.ch:
+			var ch worker.StatusChange
+			if json.Unmarshal(m.Data, &ch) == nil && ch.Status == st {
+				if ref, err := streams.NewSessionRef(ch.Agent, ch.Session); err == nil {
+					delete(left, ref)
+				}
+			}
+		}
+	}
+	return time.Now(), nil
+}
+
 func (w *statusWatch) stop() { _ = w.sub.Unsubscribe() }
 
-// benchStep runs one session whose scripted model (no delay) calls the
-// no-op tool every turn until its turn budget ends it, on one in-process
-// worker, then the raw operations of as many steps on a session of their
-// own, and compares.
+// StepSessions are the numbers of sessions the step measurement runs at
+// once: one, and eight on one worker.
+var StepSessions = []int{1, 8}
+
+// benchStep measures durable steps (a scripted model without delay that
+// calls a no-op, replay-safe tool every turn, until its turn budget ends
+// the run) of one session and of eight at once on one in-process worker,
+// then the operations the best possible implementation needs for as many
+// steps (per step one KV create of the size of the step's entries and one
+// compare-and-set of the size of its state), and compares.
 func benchStep(ctx context.Context, e *env) (map[string]float64, error) {
-	turns := max(1, e.cfg.Steps/2)
+	figs := map[string]float64{}
+	for _, n := range StepSessions {
+		sfx := ""
+		if n > 1 {
+			sfx = fmt.Sprintf("-%d", n)
+		}
+		w, err := measureSteps(ctx, e, n, max(n*4, e.cfg.Steps))
+		if err != nil {
+			return nil, fmt.Errorf("%d sessions: %w", n, err)
+		}
+		raw, err := rawPairs(ctx, e, n, w.steps, w.createBytes, w.stateBytes)
+		if err != nil {
+			return nil, fmt.Errorf("%d sessions: raw: %w", n, err)
+		}
+		figs["steps/s"+sfx] = w.rate
+		figs["step-p50-ms"+sfx] = percentile(w.durations, 0.5)
+		figs["step-p99-ms"+sfx] = percentile(w.durations, 0.99)
+		figs["raw-steps/s"+sfx] = raw.rate
+		figs["raw-step-p50-ms"+sfx] = percentile(raw.durations, 0.5)
+		figs["raw-step-p99-ms"+sfx] = percentile(raw.durations, 0.99)
+		figs["ratio"+sfx] = w.rate / raw.rate
+		figs["p50-ratio"+sfx] = figs["step-p50-ms"+sfx] / figs["raw-step-p50-ms"+sfx]
+		figs["create-bytes"+sfx], figs["state-bytes"+sfx] = float64(w.createBytes), float64(w.stateBytes)
+	}
+	return figs, nil
+}
+
+// stepRun is what one measured run of steps (or of their raw operations)
+// did.
+type stepRun struct {
+	steps int
+	rate  float64
+	// durations are the steps' one by one.
+	durations []time.Duration
+	// createBytes and stateBytes are the sizes a step writes: its entries
+	// (on average) and its state.
+	createBytes, stateBytes int
+}
+
+// stepTurns bounds the turns of one measured session: the context of a
+// long session costs more to build, which is no durable step's cost.
+const stepTurns = 50
+
+// measureSteps runs about steps steps on one worker, sessions sessions at
+// once, in rounds of sessions of at most stepTurns turns. A step's
+// duration is the time from the answer (or result) before it to its own:
+// one effect and one settlement, read from the entries' times; the rate
+// counts the steps after each session's first, over the rounds' time from
+// the first of them to the last.
+func measureSteps(ctx context.Context, e *env, sessions, steps int) (stepRun, error) {
+	turns := max(1, min(stepTurns, steps/sessions/2))
+	rounds := max(1, steps/(sessions*turns*2))
 	call := policies.ScriptEntry{Text: "again", ToolCalls: []policies.ScriptToolCall{{Name: "noop", Args: map[string]any{"n": 1}}}}
 	def := policies.Definition{Name: "bench", Tools: []string{"noop"}, Budget: policies.Budget{MaxTurns: turns},
 		Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{call}, Then: &call}}
-	stop, err := e.runWorker(ctx, worker.Config{Definitions: fixedDefs{"bench": def}, Tools: worker.ToolMap{"noop": noop}, Agents: []string{"bench"}})
+	stop, err := e.runWorker(ctx, worker.Config{Definitions: fixedDefs{"bench": def}, Tools: worker.ToolMap{"noop": noop}, Agents: []string{"bench"},
+		MaxSessions: max(sessions, worker.DefaultMaxSessions)})
 	if err != nil {
-		return nil, err
+		return stepRun{}, err
 	}
 	defer stop()
 	watch, err := e.watchStatus()
 	if err != nil {
-		return nil, err
+		return stepRun{}, err
 	}
 	defer watch.stop()
-	ref, _ := streams.NewSessionRef("bench", "steps")
-	start := time.Now()
-	if _, err := worker.Send(ctx, e.js, e.names, ref, worker.Request{Text: "go"}); err != nil {
-		return nil, err
-	}
-	end, err := watch.until(ctx, ref, record.StatusBudgetExceeded, 10*time.Minute)
+	store, err := record.Open(ctx, e.js, e.names)
 	if err != nil {
-		return nil, err
+		return stepRun{}, err
 	}
-	tr, err := record.Show(ctx, e.js, e.names, ref)
-	if err != nil {
-		return nil, err
-	}
-	steps := 0
-	for _, en := range tr.Transcript {
-		if en.Kind == record.KindAssistant || en.Kind == record.KindToolResult {
-			steps++
+	var out stepRun
+	var span time.Duration
+	entryBytes := 0
+	run := nuid.Next()
+	for round := range rounds {
+		refs := make([]streams.SessionRef, sessions)
+		for i := range refs {
+			refs[i], _ = streams.NewSessionRef("bench", fmt.Sprintf("steps-%s-%d-%d", run, round, i))
 		}
-	}
-	workerRate := float64(steps) / end.Sub(start).Seconds()
-	stop()
-
-	raw, err := rawSteps(ctx, e, 2*turns)
-	if err != nil {
-		return nil, fmt.Errorf("raw steps: %w", err)
-	}
-	rawRate := float64(len(raw)) / sum(raw).Seconds()
-	return map[string]float64{
-		"steps/s":         workerRate,
-		"raw-steps/s":     rawRate,
-		"ratio":           workerRate / rawRate,
-		"raw-step-p50-ms": percentile(raw, 0.5),
-		"raw-step-p99-ms": percentile(raw, 0.99),
-	}, nil
-}
-
-// rawSteps does the JetStream operations of n steps, alternately a model
-// step (two entries) and a tool step (one), each an intent written by
-// compare-and-set and a settlement of its entries and the next state in
-// one atomic batch conditional on the state's revision; it returns each
-// step's duration.
-func rawSteps(ctx context.Context, e *env, n int) ([]time.Duration, error) {
-	kv, err := e.js.KeyValue(ctx, e.names.BucketSessions())
-	if err != nil {
-		return nil, err
-	}
-	ref, _ := streams.NewSessionRef("bench", "raw")
-	key := e.names.StateKey(ref)
-	st := record.NewState("bench", "raw", time.Now().UTC())
-	st.Status = record.StatusWorking
-	b, _ := json.Marshal(st)
-	rev, err := kv.Create(ctx, key, b)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]time.Duration, 0, n)
-	for i := range n {
-		t0 := time.Now()
-		st.Pending = &record.Intent{Kind: record.StepModel, Step: st.Steps + 1, Turn: st.Turns, Entry: st.NextEntry, Owner: "raw", Started: time.Now().UTC()}
-		b, _ := json.Marshal(st)
-		if rev, err = kv.Update(ctx, key, b, rev); err != nil {
-			return nil, err
+		for _, ref := range refs {
+			if _, err := worker.Send(ctx, e.js, e.names, ref, worker.Request{Text: "go"}); err != nil {
+				return stepRun{}, err
+			}
 		}
-		entries := 2 - i%2
-		var msgs []*nats.Msg
-		for range entries {
-			en := record.Entry{ID: st.NextEntry, Kind: record.KindAssistant, Turn: st.Turns, Time: time.Now().UTC(),
-				Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
-			st.NextEntry++
-			eb, _ := json.Marshal(en)
-			msgs = append(msgs, &nats.Msg{Subject: streams.KVSubject(e.names.BucketSessions(), e.names.LogKey(ref, en.ID)), Header: nats.Header{}, Data: eb})
+		if _, err := watch.untilAll(ctx, refs, record.StatusBudgetExceeded, 10*time.Minute); err != nil {
+			return stepRun{}, err
 		}
-		st.Pending, st.Steps = nil, st.Steps+1
-		sb, _ := json.Marshal(st)
-		m := &nats.Msg{Subject: streams.KVSubject(e.names.BucketSessions(), key), Header: nats.Header{}, Data: sb}
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-		msgs = append(msgs, m)
-		if rev, err = publishBatch(ctx, e.nc, msgs); err != nil {
-			return nil, err
+		var first, last time.Time
+		for _, ref := range refs {
+			tr, err := record.Show(ctx, e.js, e.names, ref)
+			if err != nil {
+				return stepRun{}, err
+			}
+			var prev time.Time
+			for _, en := range tr.Transcript {
+				if en.Step == 0 {
+					continue
+				}
+				b, _ := json.Marshal(en)
+				entryBytes += len(b)
+				if en.Kind != record.KindAssistant && en.Kind != record.KindToolResult {
+					continue
+				}
+				out.steps++
+				switch {
+				case !prev.IsZero():
+					out.durations = append(out.durations, en.Time.Sub(prev))
+				case first.IsZero() || en.Time.Before(first):
+					first = en.Time
+				}
+				prev = en.Time
+				if prev.After(last) {
+					last = prev
+				}
+			}
+			st, _, err := store.Load(ctx, ref)
+			if err != nil {
+				return stepRun{}, err
+			}
+			b, _ := json.Marshal(st)
+			out.stateBytes = max(out.stateBytes, len(b))
 		}
-		out = append(out, time.Since(t0))
+		span += last.Sub(first)
 	}
+	if len(out.durations) == 0 || span <= 0 {
+		return stepRun{}, fmt.Errorf("%d steps measured", out.steps)
+	}
+	out.rate = float64(len(out.durations)) / span.Seconds()
+	out.createBytes = entryBytes / out.steps
 	return out, nil
 }
 
-// publishBatch publishes msgs as one atomic batch: the commit, last, is the
-// only request, and its answer acknowledges them all.
-func publishBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) (uint64, error) {
-	id := nuid.Next()
-	for i, m := range msgs {
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if i < len(msgs)-1 {
-			if err := nc.PublishMsg(m); err != nil {
-				return 0, err
-			}
-		}
-	}
-	last := msgs[len(msgs)-1]
-	last.Header.Set(hdrBatchCommit, "1")
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := nc.RequestMsgWithContext(rctx, last)
+// rawPairs makes, on sessions keys of their own at once, steps steps of
+// what the best possible implementation needs: the create of a transcript
+// entry of createBytes, then a compare-and-set of the state (stateBytes)
+// over its revision.
+func rawPairs(ctx context.Context, e *env, sessions, steps, createBytes, stateBytes int) (stepRun, error) {
+	kv, err := e.js.KeyValue(ctx, e.names.BucketSessions())
 	if err != nil {
-		return 0, err
+		return stepRun{}, err
 	}
-	var ack struct {
-		Error *jetstream.APIError `json:"error,omitempty"`
-		Seq   uint64              `json:"seq"`
+	entry := bytes.Repeat([]byte("e"), max(1, createBytes))
+	state := bytes.Repeat([]byte("s"), max(1, stateBytes))
+	per := max(1, steps/sessions)
+	run := nuid.Next()
+	durations := make([][]time.Duration, sessions)
+	errs := make([]error, sessions)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range sessions {
+		wg.Go(func() {
+			ref, _ := streams.NewSessionRef("bench", fmt.Sprintf("raw-%s-%d", run, i))
+			rev, err := kv.Create(ctx, e.names.StateKey(ref), state)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for n := range per {
+				t0 := time.Now()
+				if _, err := kv.Create(ctx, e.names.LogKey(ref, uint64(n+1)), entry); err != nil {
+					errs[i] = err
+					return
+				}
+				if rev, err = kv.Update(ctx, e.names.StateKey(ref), state, rev); err != nil {
+					errs[i] = err
+					return
+				}
+				durations[i] = append(durations[i], time.Since(t0))
+			}
+		})
 	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("batch answer %q: %w", resp.Data, err)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return stepRun{}, err
 	}
-	if ack.Error != nil {
-		return 0, ack.Error
+	out := stepRun{steps: per * sessions, rate: float64(per*sessions) / elapsed.Seconds(), createBytes: createBytes, stateBytes: stateBytes}
+	for _, d := range durations {
+		out.durations = append(out.durations, d...)
 	}
-	return ack.Seq, nil
+	return out, nil
 }
 
 func sum(ds []time.Duration) time.Duration {

@@ -10,16 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/nats-io/nats.go"
 )
 
 // BenchmarkIngestVsRaw measures, in one run, signed GitHub webhooks
 // through the HTTP handler into JetStream, and the raw JetStream
 // operations each one needs at least (a jl_dedupe create and a publish of
-// the same size), at the same concurrency, and reports the ratio.
+// the same size), at the same concurrency, and reports the ratio, under
+// the server's default sync interval and with every write fsynced.
 func BenchmarkIngestVsRaw(b *testing.B) {
+	for _, syncing := range []string{"2m", "always"} {
+		b.Run("sync="+syncing, func(b *testing.B) { benchIngestVsRaw(b, syncing) })
+	}
+}
+
+func benchIngestVsRaw(b *testing.B, syncing string) {
 	const workers = 16
-	h := startB(b)
+	h := start(b, time.Minute, natstest.WithSync(syncing))
 	body := fixture(b, "pull_request/opened.payload.json")
 	ctx := context.Background()
 	kv, err := h.js.KeyValue(ctx, h.names.BucketDedupe())

@@ -58,8 +58,6 @@ type harness struct {
 	store *dedupe.Store
 }
 
-func startB(b *testing.B) *harness { return start(b, time.Minute) }
-
 func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *harness {
 	t.Helper()
 	s := natstest.RunServer(t, natsOpts...)

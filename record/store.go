@@ -361,8 +361,15 @@ func isWrongLastSeq(err error) bool {
 		(apiErr.ErrorCode == errCodeWrongLastSeq || apiErr.ErrorCode == errCodeWrongLastSeqConstant)
 }
 
-// Entries reads a session's entries 1..upto-1 in order. Missing ids
-// (never, unless the bucket was tampered with) are an error.
+// entriesCatchUp bounds how long Entries waits, once the stream's
+// current entries are read, for those a lagging replica has yet to get.
+const entriesCatchUp = 10 * time.Second
+
+// Entries reads a session's entries 1..next-1 in order. On a replicated
+// bucket the read may be served by a replica a little behind the state
+// just read: the entries it lacks are waited for, up to entriesCatchUp;
+// missing ids after that (never, unless the bucket was tampered with)
+// are an error.
 func (s *Store) Entries(ctx context.Context, ref streams.SessionRef, next uint64) ([]Entry, error) {
 	if next <= 1 {
 		return nil, nil
@@ -372,30 +379,42 @@ func (s *Store) Entries(ctx context.Context, ref streams.SessionRef, next uint64
 		return nil, fmt.Errorf("record: read transcript of %s: %w", ref, err)
 	}
 	defer w.Stop()
-	out := make([]Entry, 0, next-1)
+	// By id: a later version of an id (an entry no state named, replaced)
+	// replaces the earlier. Entries past next belong to no settlement of
+	// this state.
+	byID := make(map[uint64]Entry, next-1)
+	var late <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-late:
+			return nil, fmt.Errorf("record: transcript of %s has %d of %d entries", ref, len(byID), next-1)
 		case kve, ok := <-w.Updates():
 			if !ok {
 				return nil, fmt.Errorf("record: read transcript of %s: watcher closed", ref)
 			}
-			if kve == nil {
-				slices.SortFunc(out, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
-				// Entries past next belong to no settlement of this state
-				// (there are none, but a reader must not trust them).
-				out = slices.DeleteFunc(out, func(e Entry) bool { return e.ID >= next })
-				if uint64(len(out)) != next-1 {
-					return nil, fmt.Errorf("record: transcript of %s has %d of %d entries", ref, len(out), next-1)
+			if kve != nil {
+				var e Entry
+				if err := json.Unmarshal(kve.Value(), &e); err != nil {
+					return nil, fmt.Errorf("record: decode %s: %w", kve.Key(), err)
 				}
+				if e.ID >= 1 && e.ID < next {
+					byID[e.ID] = e
+				}
+			} else if late == nil {
+				t := time.NewTimer(entriesCatchUp)
+				defer t.Stop()
+				late = t.C
+			}
+			if late != nil && uint64(len(byID)) == next-1 {
+				out := make([]Entry, 0, len(byID))
+				for _, e := range byID {
+					out = append(out, e)
+				}
+				slices.SortFunc(out, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
 				return out, nil
 			}
-			var e Entry
-			if err := json.Unmarshal(kve.Value(), &e); err != nil {
-				return nil, fmt.Errorf("record: decode %s: %w", kve.Key(), err)
-			}
-			out = append(out, e)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"sync"
@@ -12,11 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/internal/natstest"
-	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/tools"
 )
 
 type benchDefs map[string]policies.Definition
@@ -80,69 +77,9 @@ func waitState(b *testing.B, s *record.Store, ref streams.SessionRef, want recor
 	return st
 }
 
-// BenchmarkStepsVsRaw runs one session whose scripted model (no delay)
-// calls a no-op tool every turn, for b.N turns (2 b.N steps), on one
-// worker; then, in the same run against the same server, the raw
-// JetStream operations those steps need: per step a KV compare-and-set
-// (the intent) and an atomic batch of the same size (the settlement). It
-// reports steps/s of both and their ratio (target: at least 0.8).
-func BenchmarkStepsVsRaw(b *testing.B) {
-	js, names := benchServer(b, streams.Options{})
-	call := policies.ScriptEntry{Text: "again", ToolCalls: []policies.ScriptToolCall{{Name: "noop", Args: map[string]any{"n": 1}}}}
-	def := policies.Definition{Name: "bench", Tools: []string{"noop"}, Budget: policies.Budget{MaxTurns: b.N},
-		Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{call}, Then: &call}}
-	noop := tools.NewFunc(tools.Spec{Name: "noop", Description: "nothing", Schema: json.RawMessage(`{"type":"object"}`), ReplaySafe: true, State: tools.Stateless},
-		func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{Content: "ok"}, nil })
-	w, _ := benchWorker(b, js, Config{Definitions: benchDefs{"bench": def}, Tools: ToolMap{"noop": noop}, Agents: []string{"bench"},
-		Models: func(spec policies.Model) (model.Model, error) { return model.NewScripted(spec) }})
-	ref, _ := streams.NewSessionRef("bench", "s1")
-	ctx := context.Background()
-
-	b.ResetTimer()
-	start := time.Now()
-	if _, err := Send(ctx, js, names, ref, Request{Text: "go"}); err != nil {
-		b.Fatal(err)
-	}
-	st := waitState(b, w.store, ref, record.StatusBudgetExceeded)
-	elapsed := time.Since(start)
-	b.StopTimer()
-	steps := float64(st.Steps)
-	workerRate := steps / elapsed.Seconds()
-
-	// The raw operations of the same steps, on a session of their own.
-	raw, _ := streams.NewSessionRef("bench", "raw")
-	rs := record.NewState("bench", "raw", time.Now())
-	rev, err := w.store.Create(ctx, raw, rs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	entry := func(st *record.State, k record.Kind) record.Entry {
-		e := record.Entry{ID: st.NextEntry, Kind: k, Turn: st.Turns, Time: time.Now().UTC(), Text: "again", Name: "noop", CallID: "call_1", Args: json.RawMessage(`{"n":1}`)}
-		st.NextEntry++
-		return e
-	}
-	rawStart := time.Now()
-	for i := 0; i < b.N; i++ {
-		for _, n := range []int{2, 1} { // model step: answer + call; tool step: result
-			rs.Pending = &record.Intent{Kind: record.StepModel, Step: rs.Steps + 1, Entry: rs.NextEntry, Owner: "raw", Started: time.Now()}
-			if rev, err = w.store.Update(ctx, raw, rs, rev); err != nil {
-				b.Fatal(err)
-			}
-			var es []record.Entry
-			for range n {
-				es = append(es, entry(&rs, record.KindAssistant))
-			}
-			rs.Pending, rs.Steps = nil, rs.Steps+1
-			if rev, err = w.store.Settle(ctx, raw, es, rs, rev); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	rawRate := float64(2*b.N) / time.Since(rawStart).Seconds()
-	b.ReportMetric(workerRate, "steps/s")
-	b.ReportMetric(rawRate, "raw-steps/s")
-	b.ReportMetric(workerRate/rawRate, "ratio")
-}
+// The steps' benchmark against their raw operations is
+// bench.BenchmarkStepVsRaw (go test -bench StepVsRaw ./bench): one and
+// eight sessions, both sync settings, one node and a three-node cluster.
 
 // BenchmarkIdleSessions runs 10,000 sessions once each (a scripted answer)
 // and reports the heap the worker holds for them once they rest, as the

@@ -249,14 +249,14 @@ func (s *session) controls(ctx context.Context) error {
 		if in == nil {
 			want := s.r.wantsCancel(s.st.CtlSeq)
 			if want == 0 {
-				s.ctlRead = s.rev
+				s.ctlRead, s.ctlReadAt = s.rev, time.Now()
 				return nil
 			}
 			// A cancel was confirmed on one replica; another may lag.
 			if waited >= cancelConfirmWait {
 				s.log.Warn("cancel heard but not found in the control stream; carrying on", "seq", want)
 				s.r.forgetCancel()
-				s.ctlRead = s.rev
+				s.ctlRead, s.ctlReadAt = s.rev, time.Now()
 				return nil
 			}
 			if err := sleep(ctx, 20*time.Millisecond); err != nil {
@@ -271,7 +271,7 @@ func (s *session) controls(ctx context.Context) error {
 			// Settle the interrupted step first (recovery); come back at
 			// the next boundary. With a cancel behind this message there
 			// is nothing to recover: the cancel settles the step.
-			s.ctlRead = s.rev
+			s.ctlRead, s.ctlReadAt = s.rev, time.Now()
 			return nil
 		}
 		if err := s.apply(ctx, in, msg, perr); err != nil {

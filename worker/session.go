@@ -25,8 +25,10 @@ type session struct {
 	// session.
 	live  []record.Entry
 	calls map[string]bool // call ids used in the live context
-	// ctlRead is the state revision at which JL_CTL was last read.
-	ctlRead uint64
+	// ctlRead is the state revision at which JL_CTL was last read, and
+	// ctlReadAt when.
+	ctlRead   uint64
+	ctlReadAt time.Time
 	// fresh is the step of the pending intent this session wrote with the
 	// settlement before it and whose effect has not begun (see
 	// mergeNext); 0 when there is none.
@@ -99,11 +101,18 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
+// ctlRecheck is how often a running session reads JL_CTL although
+// nothing said a message came: a safety net for a message the control
+// subscription missed (a reconnect), which the session would otherwise
+// see at its next rest.
+const ctlRecheck = 50 * time.Millisecond
+
 // loop runs steps until the session rests with no input left. ctx is the
 // worker's (it ending stops the loop at the next step boundary); sctx is
 // the steps'. Control messages are applied before anything else at every
-// step boundary: JL_CTL is read after every state write (one direct get),
-// and whenever the control subscription or a delivery says a message came.
+// step boundary: JL_CTL is read (one direct get) whenever the control
+// subscription or a delivery says a message came, before the session
+// rests, and at the first boundary ctlRecheck after the last read.
 func (s *session) loop(ctx, sctx context.Context) error {
 	for {
 		if err := context.Cause(sctx); err != nil {
@@ -133,7 +142,7 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			if err == nil && !adopted {
 				continue
 			}
-		case s.r.takeCtlHint(s.st.CtlSeq) || s.rev != s.ctlRead:
+		case s.r.takeCtlHint(s.st.CtlSeq) || s.rev != s.ctlRead && (time.Since(s.ctlReadAt) >= ctlRecheck || s.resting()):
 			err = s.controls(sctx)
 		case s.supersededRun(sctx):
 			err = s.endSuperseded(sctx)
@@ -181,6 +190,12 @@ func (s *session) loop(ctx, sctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// resting reports whether the loop would rest at this boundary: no run
+// to go on with, no intent to settle.
+func (s *session) resting() bool {
+	return s.st.Pending == nil && s.st.Status != record.StatusWorking && !(s.st.Status == record.StatusQueued && s.st.Queued != nil && s.st.Queued.Run)
 }
 
 // commit settles entries with the next state and, on success, makes them
