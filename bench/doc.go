@@ -5,10 +5,14 @@
 //     admission and publish, against the operations each needs at least
 //     (a jl_dedupe create and a publish of the same size), at the same
 //     concurrency;
-//   - step: durable steps of one session (a scripted model calling a
-//     no-op tool) against their raw operations (per step a KV
-//     compare-and-set for the intent and an atomic batch of the same size
-//     for the settlement);
+//   - step: durable steps (a scripted model calling a no-op, replay-safe
+//     tool) of one session and of eight at once on one worker, against
+//     what the best possible implementation needs for as many (per step
+//     one KV create of the size of the step's entries and one
+//     compare-and-set of the size of its state), p50 and p99 beside
+//     steps/s;
+//   - step-r3: the same on a three-node cluster, streams replicated three
+//     times;
 //   - control: publish to effect of a steer (seen by the next model call)
 //     and of a cancel (a sleeping shell stopped, the session cancelled),
 //     against a raw publish to consume on JL_CTL, as p50 and p99;
@@ -16,10 +20,10 @@
 //     to the session done on a standby worker process;
 //   - idle: the heap a worker holds for 10,000 sessions at rest.
 //
-// Each runs against an embedded single-node server in a temporary folder,
-// once per JetStream sync_interval asked for (the server's default of two
-// minutes, and "always", which fsyncs every write before acknowledging
-// it). Figures are ratios and percentiles of one run on one machine: they
+// Each runs against an embedded single-node server (step-r3: a cluster of
+// three) in a temporary folder, once per JetStream sync_interval asked for
+// (the server's default of two minutes, and "always", which fsyncs every
+// write before acknowledging it). Figures are ratios and percentiles of one run on one machine: they
 // compare, they do not promise.
 //
 // The package owns the measurements and their report; the command line
