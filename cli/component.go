@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // DefaultServer is the NATS URL client verbs and components use when
@@ -82,6 +83,11 @@ func runComponentCmd(ctx context.Context, env *Env, name string, args []string, 
 			return fmt.Errorf("JETLOOP_STORAGE_BUDGET: %w", err)
 		}
 	}
+	stopTracing, err := rt.startTracing(ctx, "jetloop-"+name)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if err := provision(ctx, rt.JS, streams.Options{Names: names, Replicas: cfg.replicas, StorageBudget: cfg.budget.n}, log); err != nil {
 		return err
 	}
@@ -95,7 +101,7 @@ func runComponentCmd(ctx context.Context, env *Env, name string, args []string, 
 			return fmt.Errorf("listen on --http %s: %w", cfg.http, err)
 		}
 		parts = append(parts, Component{Name: "http", Run: func(ctx context.Context) error {
-			return serveHTTP(ctx, l, rt.Mux, log)
+			return serveHTTP(ctx, l, tracing.Handler(rt.Tracer, rt.Mux), log)
 		}})
 		log.Info("http listening", "addr", l.Addr().String())
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // devConfig is the command line of `jetloop dev`.
@@ -136,6 +137,11 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	rt := &Runtime{NC: nc, JS: js, Names: names, Log: log, Health: checks, Mux: baseMux(checks), Getenv: env.Getenv}
 	rt.DataDir = data
 	rt.Local = true
+	stopTracing, err := rt.startTracing(ctx, "jetloop")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if err := applyExamples(ctx, rt); err != nil {
 		return fmt.Errorf("apply example agents: %w", err)
 	}
@@ -145,7 +151,7 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 	}
 	httpURL := "http://" + l.Addr().String()
 	parts = append(parts, Component{Name: "http", Run: func(ctx context.Context) error {
-		return serveHTTP(ctx, l, rt.Mux, log)
+		return serveHTTP(ctx, l, tracing.Handler(rt.Tracer, rt.Mux), log)
 	}})
 
 	parts = append(parts, Component{Name: "ready", Run: func(ctx context.Context) error {

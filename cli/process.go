@@ -16,12 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // shutdownGrace bounds how long a process waits for its parts to stop.
@@ -52,6 +54,30 @@ type Runtime struct {
 	readmit dlq.Readmit
 	// trees starts the tool processes of every worker of the process.
 	trees *proctree.Starter
+	// Tracer exports the process's spans (see package tracing); it
+	// records nothing when the OTEL_* variables name no endpoint.
+	Tracer trace.TracerProvider
+}
+
+// startTracing sets rt.Tracer up from the OTEL_* variables (package
+// tracing) for the process named service, and returns what exports the
+// spans still buffered when the process stops.
+func (rt *Runtime) startTracing(ctx context.Context, service string) (stop func(), err error) {
+	p, err := tracing.Setup(ctx, tracing.Config{Service: service, Version: Version, Getenv: rt.Getenv})
+	if err != nil {
+		return nil, err
+	}
+	rt.Tracer = p
+	if p.Enabled() {
+		rt.Log.Info("tracing on: spans exported over OTLP/HTTP", "endpoint", p.Endpoint)
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := p.Shutdown(sctx); err != nil {
+			rt.Log.Warn("export the last spans", "err", err)
+		}
+	}, nil
 }
 
 // Trees is the starter of tool processes every worker of the process

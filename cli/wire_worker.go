@@ -133,6 +133,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		AckWait:  ackWait,
 		Log:      log,
 		Metrics:  metrics,
+		Tracer:   rt.Tracer,
 	})
 	if err != nil {
 		return Component{}, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // NewMsg renders m as the message Publish sends for session ref: a
@@ -72,6 +73,8 @@ func Publish(ctx context.Context, js jetstream.JetStream, names streams.Names, r
 	if err != nil {
 		return 0, err
 	}
+	// The worker's application of it is the child of the caller's span.
+	tracing.InjectHeader(ctx, msg.Header)
 	ack, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(names.StreamCtl()))
 	if err != nil {
 		return 0, fmt.Errorf("control: %s to %s: publish on %s: %w", m.Verb, ref, msg.Subject, err)

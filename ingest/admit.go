@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // Admit evaluates the delivery against every agent's triggers and hands
@@ -19,7 +23,17 @@ func Admit(adm *admission.Admitter) Middleware {
 			if data == nil {
 				data = policies.NewEventData(d.Event)
 			}
-			ds, err := adm.DecideData(ctx, data, d.Event)
+			actx, span := tracing.Start(ctx, "admission", trace.WithAttributes(
+				tracing.AttrEventID.String(d.Event.ID()), tracing.AttrEventType.String(d.Event.Type())))
+			ds, err := adm.DecideData(actx, data, d.Event)
+			for _, x := range ds {
+				span.AddEvent("decision", trace.WithAttributes(tracing.AttrAgent.String(x.Agent),
+					tracing.AttrSession.String(x.Session), attribute.String("jetloop.rule", x.Rule()),
+					attribute.String("jetloop.outcome", string(x.Outcome))))
+			}
+			span.SetAttributes(attribute.Int("jetloop.decisions", len(ds)))
+			tracing.Fail(span, err)
+			span.End()
 			switch {
 			case errors.Is(err, admission.ErrUnknownAgent):
 				return nil, fmt.Errorf("%w: %w", ErrNotFound, err)

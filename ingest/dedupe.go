@@ -8,9 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // Deduplicate answers a delivery of an event handled before as a duplicate
@@ -37,7 +40,11 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
 			e := d.Event
+			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))
 			ent, seen, err := store.Seen(ctx, e.Source(), e.ID())
+			span.SetAttributes(attribute.Bool("jetloop.duplicate", seen))
+			tracing.Fail(span, err)
+			span.End()
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}

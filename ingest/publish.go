@@ -6,11 +6,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // Publish is the pipeline's last step: it publishes the event to the
@@ -28,9 +32,19 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 	for _, o := range opts {
 		o(&cc, js, names)
 	}
-	return func(ctx context.Context, d *Delivery) (*Result, error) {
+	return func(ctx context.Context, d *Delivery) (res *Result, err error) {
+		ctx, span := tracing.Start(ctx, "publish", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"), tracing.AttrEventID.String(d.Event.ID())))
+		defer func() {
+			tracing.Fail(span, err)
+			span.End()
+		}()
+		// The event carries the publish's span context (the CloudEvents
+		// distributed-tracing extension): the worker's run of it is its
+		// child, so one webhook is one trace.
+		tracing.Inject(ctx, &d.Event)
 		e := d.Event
-		res := &Result{ID: e.ID(), Admitted: []Target{}}
+		res = &Result{ID: e.ID(), Admitted: []Target{}}
 		var msgs []*nats.Msg
 		counts := map[string]int{}
 		for _, dec := range d.Decisions {
@@ -98,6 +112,7 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 		if err != nil {
 			return nil, err
 		}
+		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)+len(records)))
 		if err := admission.Publish(ctx, js, append(msgs, records...)); err != nil {
 			m.publishFailures.Inc()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -551,6 +551,10 @@ type Work struct {
 	// when a run delegates or was delegated to, for its steps to report
 	// their usage up the tree; empty otherwise.
 	Ledger string `json:"ledger,omitempty"`
+	// Trace is the W3C traceparent of the current (or last) run's span:
+	// a worker that takes the run over, or continues it after an
+	// approval, continues its trace. Empty when tracing was off.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Fence is who wrote the state last, and when.

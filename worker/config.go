@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -202,6 +203,10 @@ type Config struct {
 	// Trace, if set, is called at every phase of every step, in the
 	// session's goroutine; it may block (crash tests stop a worker there).
 	Trace func(ctx context.Context, p TracePoint)
+	// Tracer starts the OpenTelemetry spans of runs, model calls, tool
+	// calls and control messages (see package tracing); nil: otel's
+	// global provider, which records nothing unless a process set one.
+	Tracer trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {

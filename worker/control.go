@@ -9,12 +9,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // Control messages (DESIGN §9) reach a session two ways. Every message is
@@ -319,6 +321,8 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		log.Info("control message sent again after the duplicate window; applied once", "first_seq", first)
 		return s.commit(ctx, nil, next)
 	}
+	_, span := s.controlSpan(ctx, in, verb)
+	defer span.End()
 	now := time.Now().UTC()
 	ref := &record.EventRef{ID: msg.ID, Source: msg.Source, Type: events.ControlType(verb), Seq: in.seq}
 	var entries []record.Entry
@@ -466,6 +470,7 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 			outcome = "refused"
 		}
 	}
+	span.SetAttributes(attribute.String("jetloop.control.outcome", outcome), tracing.AttrStatus.String(string(next.Status)))
 	if dead != "" {
 		detail := fmt.Sprintf("%s of %s: %s", verb, s.r.ref, dead)
 		if err := s.w.deadLetter(ctx, in.msg.Subject, in.msg.Header, in.msg.Data, in.seq, dlq.NotApplicable, detail); err != nil {

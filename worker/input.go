@@ -180,6 +180,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	next.SetStatus(record.StatusWorking, "", next.RunStarted)
 	// An input that came before the run began may act on it.
 	s.r.steerHint.Store(true)
+	s.startRun(ctx, ev, in.seq, &next)
 	s.log.Info("run started", "seq", in.seq, "type", ev.Type(), "version", next.DefinitionVersion)
 	merged := s.mergeNext(ctx, &next, nil)
 	if err := s.commit(ctx, entries, next); err != nil {

@@ -315,6 +315,7 @@ func (r *runner) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.endRun("", "")
 	return s.loop(ctx, sctx)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // Request is a user's message to a session.
@@ -50,6 +51,8 @@ func Send(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	if err := e.SetData("text/plain; charset=utf-8", []byte(req.Text)); err != nil {
 		return 0, fmt.Errorf("worker: send to %s: %w", ref, err)
 	}
+	// The run it starts is the child of the caller's span.
+	tracing.Inject(ctx, &e)
 	m, err := events.ToMsg(names.In(ref), e)
 	if err != nil {
 		return 0, fmt.Errorf("worker: send to %s: %w", ref, err)

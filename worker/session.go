@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -39,6 +41,9 @@ type session struct {
 
 	def   *policies.Definition
 	model model.Model
+	// span is the span of the run in this worker; nil when none is open
+	// (see spans.go).
+	span trace.Span
 }
 
 // claim takes the session over: it writes the state (creating it for a
@@ -230,6 +235,9 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 		s.w.announce(ctx, s.r.ref, prev, next)
 		if prev == record.StatusWorking {
 			s.runEnded(ctx, next)
+		}
+		if next.Status != record.StatusWorking {
+			s.endRun(next.Status, next.Reason)
 		}
 	}
 	if next.Status != record.StatusWorking {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/tracing"
 )
 
 // writeIntent commits the intent of a new step, by itself: the step's
@@ -91,8 +94,10 @@ func (s *session) remakeModel(ctx context.Context, p record.Intent) error {
 
 // callModel makes the model call of intent in, which is durable, and
 // settles its answer.
-func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool) error {
+func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool) (err error) {
 	s.fresh = 0
+	ctx, span := s.modelSpan(ctx, in, recovery)
+	defer func() { endStep(span, err) }()
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	log := s.log.With("turn", in.Turn, "step", in.Step)
 
@@ -106,6 +111,11 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	s.w.m.maskedResults.Add(float64(win.Masked))
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(mctx, req)
+	if err == nil {
+		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
+			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD),
+			attribute.Int("jetloop.tool_calls", len(resp.ToolCalls)))
+	}
 	abort := aborted(mctx)
 	deadline := mctx.Err() != nil && ctx.Err() == nil && abort == nil
 	cancel()

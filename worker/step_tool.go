@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
@@ -199,8 +202,10 @@ func probe(ctx context.Context, p tools.Prober, c tools.Call) (res tools.Result,
 
 // callTool makes the call of intent in, which is durable, and settles
 // its result.
-func (s *session) callTool(ctx context.Context, call record.CallRef, in record.Intent, tool toolsTool, spec toolsSpec, recovery bool) error {
+func (s *session) callTool(ctx context.Context, call record.CallRef, in record.Intent, tool toolsTool, spec toolsSpec, recovery bool) (err error) {
 	s.fresh = 0
+	ctx, span := s.toolSpan(ctx, call, in, recovery)
+	defer func() { endStep(span, err) }()
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
 
 	timeout := spec.Timeout
@@ -234,6 +239,10 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
 	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepTool))...).Observe(time.Since(in.Started).Seconds())
+	if res.isErr {
+		span.SetStatus(codes.Error, "the tool answered an error")
+		span.SetAttributes(semconv.ErrorTypeKey.String("tool_error"))
+	}
 	if timedOut && res.isErr {
 		res.text = fmt.Sprintf("tool %s timed out after %s: %s", call.Name, timeout, res.text)
 	}

@@ -1,0 +1,158 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/tracing"
+	"github.com/jetloop/jetloop/worker"
+)
+
+// spansOf returns the ended spans of rec by name, waiting until every
+// name in want has one.
+func spansOf(t *testing.T, rec *tracetest.SpanRecorder, want ...string) map[string][]sdktrace.ReadOnlySpan {
+	t.Helper()
+	var out map[string][]sdktrace.ReadOnlySpan
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		out = map[string][]sdktrace.ReadOnlySpan{}
+		for _, s := range rec.Ended() {
+			out[s.Name()] = append(out[s.Name()], s)
+		}
+		for _, n := range want {
+			if len(out[n]) == 0 {
+				var got []string
+				for k := range out {
+					got = append(got, k)
+				}
+				return fmt.Errorf("no span %q yet; have %v", n, got)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+func attr(s sdktrace.ReadOnlySpan, key attribute.Key) attribute.Value {
+	for _, kv := range s.Attributes() {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// TestRunSpans runs a session whose event carries a traceparent: the run's
+// span is the child of the sender's, the model calls' and the tool call's
+// spans are the run's, with the GenAI attributes; the state records the
+// run's traceparent.
+func TestRunSpans(t *testing.T) {
+	e := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	d := defs{"demo": {Name: "demo", Tools: []string{"ledger"}, Model: scripted(
+		callLedger("Looking."),
+		policies.ScriptEntry{Text: "LGTM.", Usage: policies.Usage{InputTokens: 100, OutputTokens: 10}},
+	)}}
+	e.start(t, worker.Config{Definitions: d, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}, Tracer: tp})
+	ref := e.ref(t, "demo", "s1")
+
+	sender, span := tp.Tracer("test").Start(context.Background(), "sender")
+	if _, err := worker.Send(sender, e.js, e.names, ref, worker.Request{Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	e.waitStatus(t, ref, record.StatusDone)
+	got := spansOf(t, rec, "run demo", "chat", "execute_tool ledger")
+	root := span.SpanContext()
+	run := got["run demo"][0]
+	if run.Parent().SpanID() != root.SpanID() || run.SpanContext().TraceID() != root.TraceID() {
+		t.Fatalf("run span's parent %v, want the sender's %v", run.Parent(), root)
+	}
+	if run.SpanKind() != trace.SpanKindConsumer || attr(run, tracing.AttrStatus).AsString() != "done" || attr(run, tracing.AttrSession).AsString() != "s1" {
+		t.Fatalf("run span: kind %v, attributes %v", run.SpanKind(), run.Attributes())
+	}
+	chats := got["chat"]
+	if len(chats) != 2 {
+		t.Fatalf("%d model call spans, want 2", len(chats))
+	}
+	for _, c := range chats {
+		if c.Parent().SpanID() != run.SpanContext().SpanID() || c.SpanKind() != trace.SpanKindClient {
+			t.Fatalf("model span %s: parent %v, kind %v", c.Name(), c.Parent(), c.SpanKind())
+		}
+		if attr(c, tracing.GenAIOperation).AsString() != "chat" || attr(c, tracing.GenAIProvider).AsString() != "scripted" || attr(c, tracing.GenAISystem).AsString() != "scripted" {
+			t.Fatalf("model span attributes %v", c.Attributes())
+		}
+	}
+	last := chats[len(chats)-1]
+	if attr(last, tracing.GenAIInputTokens).AsInt64() != 100 || attr(last, tracing.GenAIOutputTokens).AsInt64() != 10 {
+		t.Fatalf("model span tokens: %v", last.Attributes())
+	}
+	tool := got["execute_tool ledger"][0]
+	if tool.Parent().SpanID() != run.SpanContext().SpanID() || attr(tool, tracing.GenAIToolName).AsString() != "ledger" ||
+		!strings.HasPrefix(attr(tool, tracing.GenAIToolCallID).AsString(), "call_") {
+		t.Fatalf("tool span: parent %v, attributes %v", tool.Parent(), tool.Attributes())
+	}
+	if st := state(t, e, ref); tracing.SpanContextOf(st.Trace).SpanID() != run.SpanContext().SpanID() {
+		t.Fatalf("state trace %q, want the run span %v", st.Trace, run.SpanContext())
+	}
+}
+
+// TestApprovalContinuesTrace blocks a run for an approval: its span ends
+// blocked; the approve's application is a span of the approve's own
+// trace linked to the run; the run's remaining steps continue the run's
+// trace.
+func TestApprovalContinuesTrace(t *testing.T) {
+	e := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	e.start(t, worker.Config{Definitions: defs{"gated": gatedDef()}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"gated"}, Tracer: tp})
+	ref := e.ref(t, "gated", "s1")
+	sender, span := tp.Tracer("test").Start(context.Background(), "sender")
+	if _, err := worker.Send(sender, e.js, e.names, ref, worker.Request{Text: "write it"}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
+	first := spansOf(t, rec, "run gated")["run gated"][0]
+	if attr(first, tracing.AttrStatus).AsString() != "blocked" {
+		t.Fatalf("run span ended %v", first.Attributes())
+	}
+	approver, aspan := tp.Tracer("test").Start(context.Background(), "approver")
+	if _, err := control.Publish(approver, e.js, e.names, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor}); err != nil {
+		t.Fatal(err)
+	}
+	aspan.End()
+	e.waitStatus(t, ref, record.StatusDone)
+	got := spansOf(t, rec, "control approve", "execute_tool ledger")
+	ctl := got["control approve"][0]
+	if ctl.Parent().SpanID() != aspan.SpanContext().SpanID() || len(ctl.Links()) != 1 || ctl.Links()[0].SpanContext.SpanID() != first.SpanContext().SpanID() {
+		t.Fatalf("control span: parent %v (approver %v), links %v", ctl.Parent(), aspan.SpanContext(), ctl.Links())
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := len(spansOf(t, rec, "run gated")["run gated"]); n != 2 {
+			return fmt.Errorf("%d run spans", n)
+		}
+		return nil
+	})
+	cont := spansOf(t, rec)["run gated"][1]
+	tool := got["execute_tool ledger"][0]
+	if cont.Parent().SpanID() != first.SpanContext().SpanID() || cont.SpanContext().TraceID() != span.SpanContext().TraceID() ||
+		tool.Parent().SpanID() != cont.SpanContext().SpanID() || attr(cont, tracing.AttrStatus).AsString() != "done" {
+		t.Fatalf("continued run %v (parent %v), tool parent %v", cont.Attributes(), cont.Parent(), tool.Parent())
+	}
+}
