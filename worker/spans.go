@@ -21,9 +21,10 @@ import (
 // continues the run (after a takeover, an approval, a resume) starts a
 // span of its own in the same trace, as the recorded span's child.
 //
-// Delegation, when a run starts a child session, carries the run's
-// traceparent on the child's event the same way (tracing.Inject with the
-// step's context), so a tree of sessions is one trace.
+// A delegate call publishes its child's event through the admission
+// pipeline under the call's span (Config.Admit gets the step's context),
+// and the pipeline's publish sets the event's traceparent: the child's
+// run is the child of that publish, so a tree of sessions is one trace.
 
 // tracer is the worker's tracer of runs.
 func (w *Worker) tracer() trace.Tracer { return tracing.Tracer(w.cfg.Tracer) }

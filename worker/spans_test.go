@@ -156,3 +156,42 @@ func TestApprovalContinuesTrace(t *testing.T) {
 		t.Fatalf("continued run %v (parent %v), tool parent %v", cont.Attributes(), cont.Parent(), tool.Parent())
 	}
 }
+
+// A delegated child's run is in its parent's trace: the delegate call's
+// span publishes the child's event through admission, and the child's
+// run span is the child of that publish.
+func TestDelegationIsOneTrace(t *testing.T) {
+	e := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"}, Model: policies.Model{Provider: "scripted", Script: []policies.ScriptEntry{
+		{Text: "One review.", ToolCalls: []policies.ScriptToolCall{delegateCall("rev", "review it", nil, nil)}},
+		{Text: "Reviewed."},
+	}}}
+	rev := policies.Definition{Name: "rev", Model: scripted(policies.ScriptEntry{Text: "Fine."})}
+	d := defs{"lead": lead, "rev": rev}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"lead", "rev"},
+		Admit: admitWith(t, e, d), Tracer: tp})
+	ref := e.ref(t, "lead", "pr-1")
+	sender, span := tp.Tracer("test").Start(context.Background(), "sender")
+	if _, err := worker.Send(sender, e.js, e.names, ref, worker.Request{Text: "review"}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	e.waitStatus(t, ref, record.StatusDone)
+	got := spansOf(t, rec, "run rev", "execute_tool delegate", "publish")
+	tool, child := got["execute_tool delegate"][0], got["run rev"][0]
+	var pub sdktrace.ReadOnlySpan
+	for _, p := range got["publish"] {
+		if p.Parent().SpanID() == tool.SpanContext().SpanID() {
+			pub = p
+		}
+	}
+	if pub == nil {
+		t.Fatalf("no publish span under the delegate call's")
+	}
+	if child.Parent().SpanID() != pub.SpanContext().SpanID() || child.SpanContext().TraceID() != span.SpanContext().TraceID() {
+		t.Fatalf("child run: parent %v trace %v; want the delegate's publish %v in trace %v",
+			child.Parent(), child.SpanContext().TraceID(), pub.SpanContext(), span.SpanContext().TraceID())
+	}
+}
