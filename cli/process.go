@@ -63,7 +63,8 @@ type Runtime struct {
 // tracing) for the process named service, and returns what exports the
 // spans still buffered when the process stops.
 func (rt *Runtime) startTracing(ctx context.Context, service string) (stop func(), err error) {
-	p, err := tracing.Setup(ctx, tracing.Config{Service: service, Version: Version, Getenv: rt.Getenv})
+	p, err := tracing.Setup(ctx, tracing.Config{Service: service, Version: Version, Getenv: rt.Getenv,
+		Log: rt.Log.With("component", "tracing")})
 	if err != nil {
 		return nil, err
 	}

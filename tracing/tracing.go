@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -60,6 +61,9 @@ type Config struct {
 	// the SDK read the OTEL_* variables of the process themselves: pass
 	// os.Getenv.
 	Getenv func(string) string
+	// Log receives the exporter's errors (a collector that cannot be
+	// reached); default none.
+	Log *slog.Logger
 }
 
 // Provider is a process's tracer provider and how to stop it.
@@ -110,6 +114,10 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 		cfg.Service = "jetloop"
 	}
 	otel.SetTextMapPropagator(propagator)
+	if cfg.Log != nil {
+		log := cfg.Log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+	}
 	off := &Provider{TracerProvider: noop.NewTracerProvider()}
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return off, nil

@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/internal/otlptest"
 	"github.com/jetloop/jetloop/tracing"
 )
@@ -140,7 +142,14 @@ func TestHandler(t *testing.T) {
 	if resp, err := http.Get(hs.URL + "/healthz"); err == nil {
 		resp.Body.Close()
 	}
-	spans := rec.Ended()
+	// The span ends once the handler has answered.
+	var spans []sdktrace.ReadOnlySpan
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if spans = rec.Ended(); len(spans) == 0 {
+			return errors.New("no span ended yet")
+		}
+		return nil
+	})
 	if len(spans) != 1 {
 		t.Fatalf("%d spans, want 1 (probes untraced)", len(spans))
 	}
