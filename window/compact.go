@@ -33,15 +33,31 @@ func Block(e record.Entry) int {
 }
 
 // Due reports whether the next call should compact first: its context
-// is estimated above compact_at_tokens and there are turns between the
-// kept head and the kept tail that no summary holds yet. The plan says
-// what to summarise.
+// is estimated above compact_at_tokens and the turns between the kept
+// head and the kept tail that no summary holds yet make at least a tenth
+// of it. The plan says what to summarise.
 func Due(in Input, c Context) (record.Compaction, bool) {
 	p := in.Def.Context
 	if p == nil || p.CompactAtTokens == 0 || c.Tokens <= p.CompactAtTokens {
 		return record.Compaction{}, false
 	}
-	return Plan(in)
+	plan, ok := Plan(in)
+	if !ok {
+		return plan, false
+	}
+	// A compaction that would take out less than a tenth of the threshold
+	// gains less than it costs (a model call each turn, once the kept
+	// turns alone pass the threshold): the call goes as it is.
+	var fresh int64
+	for _, e := range in.Entries {
+		if e.ID >= plan.HeadEnd && e.ID < plan.Keep && e.Kind != record.KindSummary {
+			fresh += int64(len(e.Text) + len(e.Result) + len(e.Args))
+		}
+	}
+	if Estimate(fresh, c.BytesPerToken) < p.CompactAtTokens/10 {
+		return record.Compaction{}, false
+	}
+	return plan, true
 }
 
 // Plan is what a compaction of in would summarise: every entry between

@@ -123,3 +123,28 @@ func TestPlan(t *testing.T) {
 		t.Fatal("a compaction right after one plans again")
 	}
 }
+
+// A context whose kept turns alone pass the threshold is not compacted
+// for the little a new turn would move out of them: the call goes as it
+// is, rather than a compaction before every call.
+func TestDueSkipsATinyMiddle(t *testing.T) {
+	one, two := 0, 2
+	p := &policies.ContextPolicy{CompactAtTokens: 1000, KeepFirstTurns: &one, KeepLastTurns: &two}
+	entries := turns(3)
+	for i := range entries {
+		if entries[i].Kind == record.KindToolResult {
+			entries[i].Result = "ok"
+		}
+	}
+	// The last turn's result is large: the kept tail alone passes 1000
+	// tokens.
+	entries[len(entries)-1].Result = strings.Repeat("r", 8000)
+	in := input(t, p, entries)
+	c := window.Build(in)
+	if _, ok := window.Plan(in); !ok || c.Tokens <= 1000 {
+		t.Fatalf("plan or tokens %d", c.Tokens)
+	}
+	if _, due := window.Due(in, c); due {
+		t.Fatal("a compaction of a few bytes is due")
+	}
+}

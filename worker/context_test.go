@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -215,4 +219,66 @@ func (e *env) waitStatusTurns(t *testing.T, ref streams.SessionRef, want record.
 		}
 		return nil
 	})
+}
+
+// A trigger's payload decides what of an event the model sees: a CEL
+// map or string, the whole data with payload: full, the compact GitHub
+// projection by default; one that fails to evaluate falls back to the
+// projection and says why.
+func TestTriggerPayload(t *testing.T) {
+	e := setup(t)
+	def, err := policies.Parse("rev.yaml", []byte(`name: rev
+model: {provider: scripted, script: [{text: seen}]}
+tools: [read_event]
+triggers:
+  - {name: mapped, when: "true", payload: '{"title": event.data.pull_request.title, "n": event.data.number}'}
+  - {name: text, when: "true", payload: '"PR " + string(event.data.number) + " by " + event.data.sender.login'}
+  - {name: whole, when: "true", payload: full}
+  - {name: projected, when: "true"}
+  - {name: broken, when: "true", payload: '{"x": event.data.nothing}'}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, worker.Config{Definitions: defs{"rev": def.Definition}, Agents: []string{"rev"}})
+	body := `{"action": "opened", "number": 12, "sender": {"login": "octo"}, "pull_request": {"number": 12, "title": "Fix it", "html_url": "https://github.com/o/r/pull/12", "_links": {"self": "https://api.github.com/x"}}, "repository": {"full_name": "o/r"}}`
+	for _, tt := range []struct {
+		trigger    string
+		want, miss []string
+	}{
+		{trigger: "mapped", want: []string{`{"n":12,"title":"Fix it"}`, `read_event {"seq":`}, miss: []string{"_links", "octo"}},
+		{trigger: "text", want: []string{"PR 12 by octo"}, miss: []string{"_links"}},
+		{trigger: "whole", want: []string{`"_links"`, `"html_url"`}, miss: []string{"read_event"}},
+		{trigger: "projected", want: []string{`"event":"pull_request"`, `"url":"https://github.com/o/r/pull/12"`, `read_event {"seq":`}, miss: []string{"_links"}},
+		{trigger: "broken", want: []string{"the payload of trigger broken failed", `"event":"pull_request"`}, miss: []string{"_links"}},
+	} {
+		ref := e.ref(t, "rev", tt.trigger)
+		ev := event.New()
+		ev.SetID("d-" + tt.trigger)
+		ev.SetSource("https://github.com/o/r")
+		ev.SetType("com.github.pull_request.opened")
+		ev.SetExtension(admission.ExtTrigger, tt.trigger)
+		if err := ev.SetData(event.ApplicationJSON, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := events.ToMsg(e.names.In(ref), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		tr := e.waitStatus(t, ref, record.StatusDone)
+		text := tr.Transcript[0].Text
+		for _, w := range tt.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the event's text lacks %q:\n%s", tt.trigger, w, text)
+			}
+		}
+		for _, m := range tt.miss {
+			if strings.Contains(text, m) {
+				t.Errorf("%s: the event's text has %q:\n%s", tt.trigger, m, text)
+			}
+		}
+	}
 }
