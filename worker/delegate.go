@@ -11,10 +11,12 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
@@ -373,6 +375,9 @@ func (s *session) settleDelegated(ctx context.Context, call record.CallRef, step
 	next.Ledger = s.runID()
 	if len(next.Calls) == 0 {
 		waitForChildren(&next)
+		if err := s.armDeadline(ctx, &next); err != nil {
+			return err
+		}
 	}
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
@@ -415,6 +420,9 @@ func waitingText(st record.State) string {
 func (s *session) wait(ctx context.Context) error {
 	next := s.st.Clone()
 	waitForChildren(&next)
+	if err := s.armDeadline(ctx, &next); err != nil {
+		return err
+	}
 	s.log.Info("run waits for its delegated sessions", "children", awaited(next))
 	return s.commit(ctx, nil, next)
 }
@@ -540,4 +548,90 @@ func (s *session) inflightChild(p *record.Intent) (record.Child, bool) {
 		return record.Child{}, false
 	}
 	return record.Child{CallID: p.CallID, Session: d.Agent + "/" + events.ChildSession(s.r.ref.Agent, s.r.ref.Session, p.CallID)}, true
+}
+
+// A waiting run holds nothing, so nothing of it would notice its deadline
+// pass while its children take too long: when it starts waiting with a
+// deadline, it also writes a delayed (@at) message on its timer subject
+// (jl.timer.<agent>.<session>.delegation), which the server fires onto the
+// session's input subject at the deadline. If the run still waits for
+// that run's children then, it ends as budget_exceeded and cancels them;
+// otherwise the message is stale and ignored. One timer at a time: a new
+// wait replaces it.
+
+// TypeDelegationDeadline is the event a waiting run's deadline timer
+// fires.
+const TypeDelegationDeadline = "dev.jetloop.delegation.deadline"
+
+// delegationTimer is the name of a session's delegation deadline timer.
+const delegationTimer = "delegation"
+
+// delegationDeadline is the data of a TypeDelegationDeadline event.
+type delegationDeadline struct {
+	Run string    `json:"run"`
+	At  time.Time `json:"at"`
+}
+
+// armDeadline writes the deadline timer of the run next is about to wait
+// in, when the run has a deadline. It is written before the state, so a
+// crash between them leaves a timer on a run that does not wait, which
+// is ignored.
+func (s *session) armDeadline(ctx context.Context, next *record.State) error {
+	at := runDeadline(*next)
+	if at.IsZero() {
+		return nil
+	}
+	if r := at.Truncate(time.Second); r.Before(at) {
+		at = r.Add(time.Second) // @at takes whole seconds: never sooner
+	}
+	subject, err := s.w.names.Timer(s.r.ref, delegationTimer)
+	if err != nil {
+		return fmt.Errorf("worker: delegation timer of %s: %w", s.r.ref, err)
+	}
+	run := strconv.Itoa(next.Runs)
+	data, _ := json.Marshal(delegationDeadline{Run: run, At: at})
+	e := event.New()
+	e.SetID("deadline-" + run)
+	e.SetSource("/jetloop/worker")
+	e.SetType(TypeDelegationDeadline)
+	e.SetSubject(s.r.ref.Session)
+	e.SetTime(at)
+	e.SetExtension(events.ExtAgent, s.r.ref.Agent)
+	e.SetExtension(events.ExtSession, s.r.ref.Session)
+	if err := e.SetData(event.ApplicationJSON, json.RawMessage(data)); err != nil {
+		return fmt.Errorf("worker: delegation timer of %s: %w", s.r.ref, err)
+	}
+	m, err := events.ToMsg(subject, e)
+	if err != nil {
+		return fmt.Errorf("worker: delegation timer of %s: %w", s.r.ref, err)
+	}
+	m.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", s.w.names.In(s.r.ref))
+	m.Header.Set("Nats-Rollup", "sub")
+	m.Header.Set(nats.MsgIdHdr, "deadline-"+s.r.ref.Key()+"-"+run+"-"+at.Format(time.RFC3339))
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.w.js.PublishMsg(pctx, m, jetstream.WithExpectStream(s.w.names.StreamIn())); err != nil {
+		return fmt.Errorf("worker: arm the delegation timer of %s on %s: %w", s.r.ref, subject, err)
+	}
+	return nil
+}
+
+// deadlinePassed applies a fired delegation timer: a run that still
+// waits for its children at its deadline ends as budget_exceeded (its
+// children are cancelled); a stale timer is consumed with next.
+func (s *session) deadlinePassed(ctx context.Context, in *input, ev event.Event, next record.State) error {
+	var d delegationDeadline
+	err := json.Unmarshal(ev.Data(), &d)
+	now := time.Now()
+	at := runDeadline(s.st)
+	if err != nil || s.st.Status != record.StatusWaiting || d.Run != strconv.Itoa(s.st.Runs) || at.IsZero() || now.Before(at) {
+		s.log.Debug("delegation deadline timer ignored: the run does not wait past its deadline", "seq", in.seq, "status", s.st.Status)
+		return s.commit(ctx, nil, next)
+	}
+	if err := s.ensure(ctx); err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("deadline passed (%s) while the run waited for %s", at.UTC().Format(time.RFC3339), strings.TrimPrefix(s.st.WaitingFor, "the answers of "))
+	return s.stopBudget(ctx, next, nil, "deadline", reason)
 }

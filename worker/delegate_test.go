@@ -437,3 +437,32 @@ func TestDelegateCancelCascades(t *testing.T) {
 		t.Fatalf("root still owes %+v", got.Children)
 	}
 }
+
+// A run that waits for a child past its deadline is ended by its timer,
+// holding nothing meanwhile: budget_exceeded, and the child (blocked on a
+// human, so taking no step that would see the deadline) cancelled.
+func TestDelegateDeadlineWhileWaiting(t *testing.T) {
+	e := setup(t)
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"}, Budget: policies.Budget{Deadline: policies.Duration(2 * time.Second)},
+		Model: scripted(policies.ScriptEntry{Text: "Ask.", ToolCalls: []policies.ScriptToolCall{delegateCall("asker", "ask someone", nil, nil)}},
+			policies.ScriptEntry{Text: "never reached"})}
+	asker := policies.Definition{Name: "asker", Tools: []string{"ask_human"},
+		Model: scripted(policies.ScriptEntry{Text: "Asking.", ToolCalls: []policies.ScriptToolCall{{Name: "ask_human", Args: map[string]any{"question": "Which one?"}}}},
+			policies.ScriptEntry{Text: "Thanks."})}
+	d := defs{"lead": lead, "asker": asker}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate", "ask_human"), Agents: []string{"lead", "asker"},
+		Admit: admitWith(t, e, d)})
+	ref := e.ref(t, "lead", "l1")
+	e.send(t, ref, "go")
+	cref := childRef(t, e, "asker", ref, "call_0_0")
+	e.waitStatus(t, cref, record.StatusBlocked)
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
+	if !strings.Contains(tr.Reason, "while the run waited for asker/lead/l1/call_0_0") {
+		t.Fatalf("reason %q", tr.Reason)
+	}
+	if r := delegateResults(tr); len(r) != 1 || !strings.Contains(r[0].Result, "not answered: budget exceeded") {
+		t.Fatalf("results %+v", r)
+	}
+	ctr := e.waitStatus(t, cref, record.StatusCancelled)
+	checkCalls(t, ctr)
+}

@@ -38,8 +38,11 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		return s.commit(ctx, nil, next)
 	}
-	if ev.Type() == TypeWaitTimeout {
+	switch ev.Type() {
+	case TypeWaitTimeout:
 		return s.timedOut(ctx, in, ev, next)
+	case TypeDelegationDeadline:
+		return s.deadlinePassed(ctx, in, ev, next)
 	}
 	tick := schedule.IsTick(&nats.Msg{Header: in.header})
 	if s.st.Status.Final() {

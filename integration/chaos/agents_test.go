@@ -17,6 +17,8 @@ const (
 	agentReviewer = "reviewer" // GitHub pull request events, a session per PR
 	agentRequests = "requests" // user requests, the session the path names
 	agentTicker   = "ticker"   // schedule ticks only
+	agentLead     = "lead"     // user requests, each delegated to two helpers at once
+	agentHelper   = "helper"   // delegations only, a session per delegate call
 )
 
 // repo is the repository of every pull request of the workload.
@@ -72,6 +74,32 @@ func reviewerScript(ledger string) policies.Model {
 	return m
 }
 
+// leadScript answers each event with two delegate calls to the helper in
+// one answer (fan-out), then, once both answered (fan-in), with text.
+func leadScript() policies.Model {
+	m := policies.Model{Provider: "scripted", Name: "chaos"}
+	for i := range scriptPairs {
+		task := func(half string) map[string]any {
+			return map[string]any{"agent": agentHelper, "task": fmt.Sprintf("record step %d, %s", i, half),
+				"inputs": map[string]any{"note": fmt.Sprintf("step %d", i)}}
+		}
+		m.Script = append(m.Script,
+			policies.ScriptEntry{
+				Text:      fmt.Sprintf("Delegating step %d.", i),
+				ToolCalls: []policies.ScriptToolCall{{Name: "delegate", Args: task("first half")}, {Name: "delegate", Args: task("second half")}},
+				Usage:     policies.Usage{InputTokens: 100, OutputTokens: 10},
+				Delay:     policies.Duration(100 * time.Millisecond),
+			},
+			policies.ScriptEntry{
+				Text:  fmt.Sprintf("Step %d delegated and answered.", i),
+				Usage: policies.Usage{InputTokens: 120, OutputTokens: 5},
+				Delay: policies.Duration(100 * time.Millisecond),
+			})
+	}
+	m.Then = &policies.ScriptEntry{Text: "Nothing more to delegate.", Delay: policies.Duration(50 * time.Millisecond)}
+	return m
+}
+
 // definitions are the run's agents; without schedules, the ticker stops
 // ticking (the cron reconcilers remove its schedule messages). gh is how
 // the reviewer reaches GitHub.
@@ -91,6 +119,11 @@ func definitions(ledger string, schedules bool, gh *ghapp.Settings) []policies.D
 			Triggers: []policies.Trigger{{Name: "request", When: `event.type == "dev.jetloop.request"`, Session: `event.subject`}},
 		},
 		{Name: agentTicker, Model: script(ledger), Tools: []string{"shell"}, Budget: budget},
+		{
+			Name: agentLead, Model: leadScript(), Tools: []string{"delegate"}, Budget: budget,
+			Triggers: []policies.Trigger{{Name: "request", When: `event.type == "dev.jetloop.request"`, Session: `event.subject`}},
+		},
+		{Name: agentHelper, Model: script(ledger), Tools: []string{"shell"}, Budget: budget, Reads: []string{"task", "note"}},
 	}
 	if schedules {
 		defs[2].Schedules = []policies.Schedule{

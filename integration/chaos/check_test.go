@@ -69,8 +69,13 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		case !tr.Status.Resting():
 			r.violate(k, "session is still %s", tr.Status)
 			r.unsettled = append(r.unsettled, k.String()+" is "+string(tr.Status))
+		case tr.Status == record.StatusWaiting:
+			r.violate(k, "session still waits for %s", tr.WaitingFor)
+			r.unsettled = append(r.unsettled, k.String()+" waits for the sessions it delegated to")
 		}
 	}
+
+	checkDelegations(r)
 
 	// No transcript has a tool call without exactly one result.
 	calls := map[string]bool{} // "agent session call" of every tool call
@@ -249,6 +254,83 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		}
 	}
 	return r, nil
+}
+
+// checkDelegations proves every delegated session ran once and every
+// delegate call got exactly one result: each child session records one
+// delegate event (its start, never twice), names a parent that has the
+// call, and, once its run ended, answered it; each delegate call a parent
+// settled as delegated has its child session (no child lost), and its
+// one result (counted with every call's) comes from that child unless
+// the parent's run ended first.
+func checkDelegations(r *report) {
+	delegatedTo := map[string]string{} // "parent call" → child, from the parents' entries
+	for k, tr := range r.sessions {
+		for _, e := range tr.Transcript {
+			if e.Kind == record.KindSystem && e.Name == "delegate" && e.CallID != "" {
+				if i := strings.Index(e.Text, " delegated to "); i >= 0 {
+					child, _, _ := strings.Cut(e.Text[i+len(" delegated to "):], ";")
+					key := k.String() + " " + e.CallID
+					if prev, ok := delegatedTo[key]; ok && prev != child {
+						r.violate(k, "call %s delegated to %s and to %s", e.CallID, prev, child)
+					}
+					delegatedTo[key] = child
+				}
+			}
+		}
+	}
+	r.add("delegate calls delegated", len(delegatedTo))
+	children := map[string]bool{}
+	for k, tr := range r.sessions {
+		d := tr.Delegation
+		if d == nil {
+			continue
+		}
+		r.add("delegated sessions", 1)
+		children[k.String()] = true
+		starts := 0
+		for _, e := range tr.Transcript {
+			if e.Kind == record.KindEvent && e.Name == "dev.jetloop.delegate" {
+				starts++
+			}
+		}
+		if starts != 1 {
+			r.violate(k, "delegated session records its start %d times", starts)
+		}
+		pa, ps, _ := strings.Cut(d.Parent, "/")
+		parent, ok := r.sessions[ref{pa, ps}]
+		if !ok {
+			r.violate(k, "delegated by %s, which does not exist", d.Parent)
+			continue
+		}
+		if delegatedTo[d.Parent+" "+d.CallID] != k.String() {
+			r.violate(k, "its parent %s did not record call %s as delegated to it", d.Parent, d.CallID)
+		}
+		results := 0
+		for _, e := range parent.Transcript {
+			if e.Kind == record.KindToolResult && e.CallID == d.CallID {
+				results++
+			}
+		}
+		if results != 1 {
+			r.violate(k, "its parent's call %s has %d results", d.CallID, results)
+		}
+		if tr.Status.Ended() && !d.Answered {
+			r.violate(k, "its run ended %s without answering its parent", tr.Status)
+			r.unsettled = append(r.unsettled, k.String()+" has not answered "+d.Parent)
+		}
+		if d.Answered {
+			r.add("delegated sessions answered", 1)
+		}
+	}
+	for key, child := range delegatedTo {
+		if !children[child] {
+			parent, call, _ := strings.Cut(key, " ")
+			pa, ps, _ := strings.Cut(parent, "/")
+			r.violate(ref{pa, ps}, "call %s was delegated to %s, which never started", call, child)
+			r.unsettled = append(r.unsettled, child+" never started")
+		}
+	}
 }
 
 // lineRef is the session of a ledger line "agent session call".

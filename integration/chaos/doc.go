@@ -1,10 +1,11 @@
 // Package chaos is jetloop's chaos harness: a 3-node NATS cluster and
 // several ingest, worker and cron processes on loopback, each a process of
 // its own, under a workload of signed GitHub webhooks, user requests with
-// Idempotency-Keys, control messages and schedule ticks against scripted
-// agents whose replay-unsafe shell tool appends to a ledger, while faults
-// hit random processes every few seconds: kill -9 (then a restart) and
-// SIGSTOP/SIGCONT, NATS nodes included.
+// Idempotency-Keys (a quarter of them to a lead agent that delegates each
+// to two helpers at once), control messages and schedule ticks against
+// scripted agents whose replay-unsafe shell tool appends to a ledger,
+// while faults hit random processes every few seconds: kill -9 (then a
+// restart) and SIGSTOP/SIGCONT, NATS nodes included.
 //
 // When the workload and the faults stop and the system has had a quiet
 // period, a checker reads every session back and proves, printing counts:
@@ -15,7 +16,11 @@
 //   - every control message answered 2xx was applied once;
 //   - every session ended final or waiting (no run in progress, no step in
 //     flight);
-//   - no transcript has a tool call without exactly one result.
+//   - no transcript has a tool call without exactly one result;
+//   - every delegated session (the lead agent delegates each request to
+//     two helpers at once) started once, its parent recorded the call as
+//     delegated to it, and every delegate call has exactly one result; no
+//     session is left waiting for a child.
 //
 // A violation fails the test and prints the session.
 //

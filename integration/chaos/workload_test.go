@@ -201,9 +201,13 @@ func (w *workload) request(ctx context.Context) {
 		}
 	}
 	if d == nil {
-		session := fmt.Sprintf("user-%d", w.rng.IntN(12))
+		agent, session := agentRequests, fmt.Sprintf("user-%d", w.rng.IntN(12))
+		if w.rng.Float64() < 0.25 {
+			// A request the lead delegates to two helpers.
+			agent, session = agentLead, fmt.Sprintf("lead-%d", w.rng.IntN(4))
+		}
 		body, _ := json.Marshal(map[string]string{"text": "request " + uuid.NewString()[:8]})
-		d = &sent{kind: sendRequest, id: uuid.NewString(), agent: agentRequests, session: session, body: body}
+		d = &sent{kind: sendRequest, id: uuid.NewString(), agent: agent, session: session, body: body}
 	}
 	w.sent = append(w.sent, d)
 	w.mu.Unlock()
