@@ -357,3 +357,17 @@ func TestEventsDelegationHopsAreACount(t *testing.T) {
 		})
 	}
 }
+
+// The chat thread an event answers in is the runtime's to name (the Slack
+// receiver sets it from the message it read): an event sent to /events
+// naming one is refused, so that a sender cannot have a run's answer, an
+// approval request or an ask_human question posted into a channel it
+// chose, nor answer a question asked in a thread it names.
+func TestEventsChatThreadIsTheRuntimes(t *testing.T) {
+	h := startDefs(t, nil, reviewerYAML)
+	body := `{"specversion":"1.0","id":"thread-1","source":"/test","type":"dev.example.thing","jlthread":"slack:C0OTHER:1700000000.000100"}`
+	r := post(t, h.url+"/events", map[string]string{"Content-Type": "application/cloudevents+json", "Authorization": "Bearer " + token}, []byte(body))
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.raw), "jlthread") {
+		t.Fatalf("status %d, want 400 naming jlthread: %s", r.status, r.raw)
+	}
+}

@@ -342,6 +342,12 @@ func (s *Server) cloudEvent(r *http.Request, body []byte) (*Delivery, *answer, e
 	if t := e.Type(); t == events.TypeDelegate || t == events.TypeDelegateResult {
 		return nil, nil, fmt.Errorf("%w: event type %s is the runtime's own: sessions delegate with the delegate tool", ErrBadRequest, t)
 	}
+	// The chat thread a run answers in is named by the receiver that read
+	// the message (Slack's): a sender naming one would have the answer, an
+	// approval request or a question posted where it chose.
+	if _, ok := e.Extensions()[events.ExtThread]; ok {
+		return nil, nil, fmt.Errorf("%w: extension %s is the runtime's own: chat threads are named by the chat receivers", ErrBadRequest, events.ExtThread)
+	}
 	// The worker caps delegation depth by this count: it must be one.
 	if v, ok := e.Extensions()[events.ExtHops]; ok {
 		if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 0 || n > MaxHops {
