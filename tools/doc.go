@@ -48,7 +48,10 @@
 // implements Prober: it marks what it creates with Marker (the GitHub
 // tools: an HTML comment in a body, a check run's external_id; SlackReply:
 // message metadata), and after a crash between the call and its
-// settlement recovery asks Probe instead of guessing.
+// settlement recovery asks Probe instead of guessing. The GitHub tools
+// ask their probe themselves when a write goes unanswered (a timeout, a
+// dropped connection, a 5xx): the model hears of the comment GitHub
+// stored rather than of a failure it would make again.
 //
 // Operators: shell commands run with a minimal environment (not the
 // worker's, which holds API keys) and never outlive their call. Processes

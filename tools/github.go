@@ -114,6 +114,45 @@ func failure(ctx context.Context, tool string, err error) (Result, error) {
 	return Result{IsError: true, Content: fmt.Sprintf("%s: %v", tool, err)}, nil
 }
 
+// unanswered reports whether err leaves open whether GitHub made a
+// write: no answer came (a timeout, a dropped connection, an answer that
+// does not parse) or a 5xx, which GitHub gives for some writes it stored.
+// A 4xx, a rate limit and a request never sent made nothing.
+func unanswered(err error) bool {
+	var er *github.ErrorResponse
+	var rl *github.RateLimitError
+	var abuse *github.AbuseRateLimitError
+	var ours *ghapp.RateLimitError
+	switch {
+	case errors.As(err, &rl), errors.As(err, &abuse), errors.As(err, &ours):
+		return false
+	case errors.As(err, &er):
+		return er.Response == nil || er.Response.StatusCode >= 500
+	}
+	return true
+}
+
+// lookAfter answers a write that failed with err: when err leaves open
+// whether GitHub stored it, the call's probe looks for its marker, so the
+// model hears that the comment is there (with its id and URL) rather than
+// a failure it would make again, posting twice; else, or when the probe
+// finds nothing, the failure, saying whether it was looked for.
+func lookAfter(ctx context.Context, tool string, err error, call Call, p Prober) (Result, error) {
+	if ctx.Err() != nil || !unanswered(err) {
+		return failure(ctx, tool, err)
+	}
+	res, found, perr := p.Probe(ctx, call)
+	switch {
+	case ctx.Err() != nil:
+		return failure(ctx, tool, err)
+	case perr != nil:
+		return Result{IsError: true, Content: fmt.Sprintf("%s: %v; whether GitHub made it could not be looked up (%v): look before making it again", tool, err, perr)}, nil
+	case found:
+		return res, nil
+	}
+	return Result{IsError: true, Content: fmt.Sprintf("%s: %v; GitHub holds nothing with this call's marker", tool, err)}, nil
+}
+
 // withMarker appends the call's marker to a body.
 func withMarker(body string, call Call) string {
 	if body == "" {
@@ -173,7 +212,7 @@ func (t *ghComment) Call(ctx context.Context, call Call) (Result, error) {
 	body := withMarker(a.Body, call)
 	cm, _, err := c.Issues.CreateComment(ctx, tg.owner, tg.name, tg.number, &github.IssueComment{Body: &body})
 	if err != nil {
-		return failure(ctx, "github_comment", err)
+		return lookAfter(ctx, "github_comment", err, call, t)
 	}
 	return commentResult(tg, cm), nil
 }
@@ -299,7 +338,7 @@ func (t *ghReview) Call(ctx context.Context, call Call) (Result, error) {
 	}
 	rv, _, err := c.PullRequests.CreateReview(ctx, tg.owner, tg.name, tg.number, req)
 	if err != nil {
-		return failure(ctx, "github_review", err)
+		return lookAfter(ctx, "github_review", err, call, t)
 	}
 	return reviewResult(tg, rv), nil
 }
@@ -445,7 +484,11 @@ func (t *ghCheck) Call(ctx context.Context, call Call) (Result, error) {
 			Name: a.Name, HeadSHA: a.HeadSHA, ExternalID: github.Ptr(Marker(call)),
 			Status: opt(a.Status), Conclusion: opt(a.Conclusion), Output: a.output(), DetailsURL: opt(a.DetailsURL)})
 	}
+	if err != nil && a.CheckRunID == 0 {
+		return lookAfter(ctx, "github_check", err, call, t)
+	}
 	if err != nil {
+		// An update made again sets the same fields.
 		return failure(ctx, "github_check", err)
 	}
 	return checkResult(verb, tg, cr), nil

@@ -217,3 +217,43 @@ func TestGitHubRateLimitResult(t *testing.T) {
 		t.Fatalf("%d comments posted", n)
 	}
 }
+
+// GitHub stores a write whose answer never reaches the worker (the
+// request times out, the connection drops): the tool looks for the
+// call's marker before it answers, so the model hears that the comment,
+// review or check run is there, with its id, instead of a failure it
+// would make again, posting twice.
+func TestGitHubAnswerLostAfterTheWrite(t *testing.T) {
+	fake := ghfake.New(t)
+	fake.AddInstallation(1, "Codertocat/Hello-World")
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	fake.OnCreate(func(string, int64) { <-release }) // stored; the answer waits
+	clients, err := ghapp.New(ghapp.Options{Getenv: func(string) string { return "" }, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(tools.RegistryOptions{}, tools.GitHub(tools.GitHubConfig{Clients: clients})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ghEnv{fake: fake, reg: reg, set: ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: fake.WriteKey(t, t.TempDir()), BaseURL: fake.URL()}}
+	for _, tc := range []struct {
+		tool, args string
+		count      func() int
+	}{
+		{"github_comment", `{"body": "LGTM."}`, func() int { return len(fake.Comments("Codertocat/Hello-World", 2)) }},
+		{"github_review", `{"event": "COMMENT", "body": "Nice."}`, func() int { return len(fake.Reviews("Codertocat/Hello-World", 2)) }},
+		{"github_check", `{"name": "jetloop", "conclusion": "success", "summary": "ok"}`, func() int { return len(fake.CheckRuns("Codertocat/Hello-World")) }},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			res := run(t, e.reg, tc.tool, e.call("lost-"+tc.tool, tc.args))
+			if n := tc.count(); n != 1 {
+				t.Fatalf("%d stored, want 1", n)
+			}
+			if res.IsError || !strings.Contains(res.Content, "github.com/") {
+				t.Fatalf("result %+v, want the stored write with its URL", res)
+			}
+		})
+	}
+}
