@@ -66,7 +66,8 @@ func (c *claimCheck) forSession(ctx context.Context, e event.Event, ref streams.
 	if !c.large(e) {
 		return e, nil
 	}
-	handle, err := c.names.EventBlob(ref, events.MsgID(e))
+	// The data's digest in the name: it cannot be guessed without it.
+	handle, err := c.names.EventBlob(ref, events.MsgID(e)+digest(e.DataEncoded)[:32])
 	if err != nil {
 		return e, fmt.Errorf("ingest: blob name for event %s: %w", e.ID(), err)
 	}

@@ -383,14 +383,20 @@ func (n Names) ScheduleKey(agent, schedule string) (string, error) {
 }
 
 // ResultBlob is the name in jl_blobs of the full result of tool call
-// callID in a session: <agent>.<session>.result.<call-id>, the call id
-// encoded as a token. ParseSessionKey reads the session back from it.
-func (n Names) ResultBlob(r SessionRef, callID string) (string, error) {
+// callID in a session: <agent>.<session>.result.<call-id>.<digest>, the
+// call id encoded as a token and digest a hash of the content (hex), so
+// that a name cannot be guessed without the content. ParseSessionKey
+// reads the session back from it: only that session reads it.
+func (n Names) ResultBlob(r SessionRef, callID, digest string) (string, error) {
 	ct, err := events.EncodeToken(callID)
 	if err != nil {
 		return "", fmt.Errorf("streams: call id: %w", err)
 	}
-	return r.Key() + ".result." + ct, nil
+	dt, err := events.EncodeToken(digest)
+	if err != nil || digest == "" {
+		return "", fmt.Errorf("streams: result digest %q: not a token", digest)
+	}
+	return r.Key() + ".result." + ct + "." + dt, nil
 }
 
 // InputBlob is the name in jl_blobs of an input a delegated session was
@@ -411,9 +417,10 @@ func (n Names) LedgerKey(r SessionRef) string { return r.Key() }
 
 // EventBlob is the name in jl_blobs of the data of an event too large
 // for a message, as delivered to one session:
-// <agent>.<session>.event.<event-hash>, where the hash (32 hex digits,
-// events.MsgID) names the event. ParseSessionKey reads the session back
-// from it, so the session's agent may read it.
+// <agent>.<session>.event.<event-hash>, where the hash names the event
+// and its data (the ingest joins events.MsgID and a digest of the data, so
+// the name cannot be guessed without the data). ParseSessionKey reads the
+// session back from it: only that session reads it.
 func (n Names) EventBlob(r SessionRef, eventHash string) (string, error) {
 	ht, err := events.EncodeToken(eventHash)
 	if err != nil {

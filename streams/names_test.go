@@ -17,7 +17,7 @@ func TestSubjects(t *testing.T) {
 	}
 	sched, _ := n.Sched("mon", "drift")
 	inAgent, _ := n.InAgent("mon")
-	blob, _ := n.ResultBlob(r, "call/1")
+	blob, _ := n.ResultBlob(r, "call/1", "00ff")
 	eventBlob, _ := n.EventBlob(r, "0123abcd")
 	tests := []struct {
 		name, got, want string
@@ -33,7 +33,7 @@ func TestSubjects(t *testing.T) {
 		{name: "kv subject", got: streams.KVSubject(n.BucketSessions(), n.StateKey(r)), want: "$KV.jl_sessions.pr-reviewer.octo=2Frepo=2312.state"},
 		{name: "state keys", got: n.StateKeys(), want: "*.*.state"},
 		{name: "notes key", got: n.NotesKey(r), want: "pr-reviewer.octo=2Frepo=2312.notes"},
-		{name: "result blob", got: blob, want: "pr-reviewer.octo=2Frepo=2312.result.call=2F1"},
+		{name: "result blob", got: blob, want: "pr-reviewer.octo=2Frepo=2312.result.call=2F1.00ff"},
 		{name: "event blob", got: eventBlob, want: "pr-reviewer.octo=2Frepo=2312.event.0123abcd"},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,8 @@ package tools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -31,13 +33,15 @@ const (
 	DefaultPreviewBytes = 2 << 10
 )
 
-// blobName is the jl_blobs name of a call's full result.
-func blobName(names streams.Names, call Call) (string, error) {
+// blobName is the jl_blobs name of a call's full result: the session's,
+// with a digest of the content in it, so that it cannot be guessed.
+func blobName(names streams.Names, call Call, content string) (string, error) {
 	ref, err := streams.NewSessionRef(call.Agent, call.Session)
 	if err != nil {
 		return "", err
 	}
-	return names.ResultBlob(ref, call.ID)
+	h := sha256.Sum256([]byte(content))
+	return names.ResultBlob(ref, call.ID, hex.EncodeToString(h[:16]))
 }
 
 // preview is the head of content: at most lines lines and maxBytes bytes,

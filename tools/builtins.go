@@ -60,11 +60,12 @@ type BuiltinConfig struct {
 	Trees *proctree.Starter
 
 	// HTTPClient makes the requests of http_get and http_request. When nil
-	// a client is built that refuses loopback, private and link-local
-	// addresses unless HTTPAllowPrivate is set, and uses no proxy.
+	// a client is built that refuses every special-purpose address
+	// (loopback, private, link-local, …) unless HTTPAllowPrivate is set,
+	// and uses no proxy.
 	HTTPClient *http.Client
-	// HTTPAllowPrivate lets the built client reach loopback, private and
-	// link-local (cloud metadata) addresses.
+	// HTTPAllowPrivate lets the built client reach loopback, private,
+	// link-local (cloud metadata) and the other special-purpose addresses.
 	HTTPAllowPrivate bool
 	// HTTPTimeout bounds one request (default DefaultHTTPTimeout).
 	HTTPTimeout time.Duration

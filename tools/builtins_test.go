@@ -146,15 +146,24 @@ func TestReadBlobPages(t *testing.T) {
 		t.Fatal("pages do not add up to the stored result")
 	}
 
+	// A handle is its session's: another session of the agent, or another
+	// agent, is refused, unless it was forked from the session.
+	forkOf := func(parent string) func(context.Context, string) bool {
+		return func(_ context.Context, s string) bool { return s == parent }
+	}
 	tests := []struct {
-		name  string
-		args  map[string]any
-		agent string
-		want  string
+		name    string
+		args    map[string]any
+		agent   string
+		session string
+		mayRead func(context.Context, string) bool
+		want    string
 	}{
-		{name: "another agent's blob", args: map[string]any{"handle": res.Blob}, agent: "intruder", want: "not a blob handle of this agent"},
-		{name: "not a handle", args: map[string]any{"handle": "x"}, want: "not a blob handle"},
-		{name: "missing", args: map[string]any{"handle": "pr-reviewer.s.result.nope"}, want: "no blob"},
+		{name: "another agent's blob", args: map[string]any{"handle": res.Blob}, agent: "intruder", want: "not a handle of this session"},
+		{name: "another session's blob", args: map[string]any{"handle": res.Blob}, session: "octo/repo#13", want: "not a handle of this session"},
+		{name: "a blob of a session not forked from", args: map[string]any{"handle": res.Blob}, session: "octo/repo#13", mayRead: forkOf("octo/repo#99"), want: "not a handle of this session"},
+		{name: "not a handle", args: map[string]any{"handle": "x"}, want: "not a handle"},
+		{name: "missing", args: map[string]any{"handle": "pr-reviewer.octo=2Frepo=2312.result.nope.00"}, want: "no blob"},
 		{name: "past the end", args: map[string]any{"handle": res.Blob, "offset": 1 << 30}, want: "past the end"},
 		{name: "negative offset", args: map[string]any{"handle": res.Blob, "offset": -1}, want: "offset"},
 	}
@@ -164,17 +173,26 @@ func TestReadBlobPages(t *testing.T) {
 			if tt.agent != "" {
 				c.Agent = tt.agent
 			}
+			if tt.session != "" {
+				c.Session = tt.session
+			}
+			c.MayRead = tt.mayRead
 			res, err := r.Run(t.Context(), "read_blob", c)
 			if err != nil || !res.IsError || !strings.Contains(res.Content, tt.want) {
 				t.Fatalf("Run = %+v, %v; want an error result with %q", res, err, tt.want)
 			}
 		})
 	}
+	fork := call(argsJSON(t, map[string]any{"handle": res.Blob}))
+	fork.Session, fork.MayRead = "octo/repo#12-fork", forkOf("octo/repo#12")
+	if page, err := r.Run(t.Context(), "read_blob", fork); err != nil || page.IsError {
+		t.Fatalf("a fork reading its parent's blob: %+v, %v", page, err)
+	}
 }
 
 func TestReadBlobWithoutStore(t *testing.T) {
 	r := shellRegistry(t, tools.BuiltinConfig{})
-	res, err := r.Run(t.Context(), "read_blob", call(`{"handle":"pr-reviewer.s.result.c"}`))
+	res, err := r.Run(t.Context(), "read_blob", call(`{"handle":"pr-reviewer.octo=2Frepo=2312.result.c.00"}`))
 	if err != nil || !res.IsError || !strings.Contains(res.Content, "no blob store") {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}

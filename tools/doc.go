@@ -54,9 +54,11 @@
 // stored rather than of a failure it would make again.
 //
 // Operators: shell commands run with a minimal environment (not the
-// worker's, which holds API keys) and never outlive their call. Processes
-// they orphan are re-parented to PID 1; run the worker under an init that
-// reaps (docker --init, tini) when it is PID 1 of a container. The HTTP
-// tools refuse loopback, private and link-local addresses unless
-// BuiltinConfig.HTTPAllowPrivate is set.
+// worker's, which holds API keys) and never outlive their call: they run
+// as process trees (package proctree) whose reaper reaps every orphan and
+// kills what is left. The HTTP tools refuse every special-purpose address
+// (IANA's IPv4 and IPv6 registries: loopback, private, link-local, shared
+// address space, NAT64, 6to4, …) unless BuiltinConfig.HTTPAllowPrivate is
+// set. read_blob reads only its session's handles (and, for a fork, those
+// of the sessions it was forked from, Call.MayRead).
 package tools

@@ -208,7 +208,8 @@ var errForbiddenAddress = errors.New("address not allowed")
 
 // newHTTPClient builds the client of the HTTP tools: no proxy, a bounded
 // number of redirects and, unless allowPrivate, no connection to loopback,
-// private, link-local (cloud metadata) or unspecified addresses. The check
+// private, link-local (cloud metadata), unspecified or any other
+// special-purpose address (see special). The check
 // runs on the resolved address of every connection, redirects included.
 func newHTTPClient(allowPrivate bool) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
@@ -219,7 +220,7 @@ func newHTTPClient(allowPrivate bool) *http.Client {
 				return fmt.Errorf("%w: %s: %v", errForbiddenAddress, address, err)
 			}
 			if a := ap.Addr().Unmap(); !publicAddr(a) {
-				return fmt.Errorf("%w: %s is not a public address", errForbiddenAddress, a)
+				return fmt.Errorf("%w: %s is not a public address (%s)", errForbiddenAddress, a, specialBlock(a))
 			}
 			return nil
 		}
@@ -247,9 +248,4 @@ func newHTTPClient(allowPrivate bool) *http.Client {
 			return nil
 		},
 	}
-}
-
-func publicAddr(a netip.Addr) bool {
-	return a.IsValid() && !a.IsLoopback() && !a.IsPrivate() && !a.IsLinkLocalUnicast() &&
-		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() && !a.IsMulticast() && !a.IsUnspecified()
 }

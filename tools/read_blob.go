@@ -27,7 +27,8 @@ const readBlobSchema = `{
 }`
 
 // readBlob reads a stored tool result back, one page at a time. A session
-// reads only blobs of its own agent.
+// reads only its own handles, and a fork those of the sessions it was
+// forked from.
 type readBlob struct {
 	blobs    BlobStore
 	sessions NotesStore
@@ -62,18 +63,18 @@ func (r *readBlob) Call(ctx context.Context, call Call) (Result, error) {
 		Offset int64
 		Limit  int
 	}{raw.Handle, int64(raw.Offset), int(raw.Limit)}
+	// A handle is its session's: another session of the agent reads it
+	// only if it was forked from that one.
 	owner, err := r.names.ParseSessionKey(args.Handle)
-	if err != nil || owner.Agent != call.Agent {
-		return errResult("read_blob: %q is not a blob handle of this agent", args.Handle), nil
+	if err != nil || owner.Agent != call.Agent ||
+		owner.Session != call.Session && (call.MayRead == nil || !call.MayRead(ctx, owner.Session)) {
+		return errResult("read_blob: %q is not a handle of this session", args.Handle), nil
 	}
 	limit := args.Limit
 	if limit == 0 || limit > r.limit {
 		limit = r.limit
 	}
 	if id, ok := r.logHandle(owner, args.Handle); ok {
-		if owner.Session != call.Session {
-			return errResult("read_blob: %q is not a handle of this session", args.Handle), nil
-		}
 		return r.readEntry(ctx, owner, id, args.Handle, args.Offset, limit)
 	}
 	if r.blobs == nil {

@@ -345,7 +345,7 @@ func (r *Registry) offload(ctx context.Context, log *slog.Logger, name string, c
 		res.Content = truncatedNote(cutRunes(res.Content, r.opts.BlobThreshold), size, "no blob store is configured")
 		return res
 	}
-	handle, err := blobName(r.opts.Names, call)
+	handle, err := blobName(r.opts.Names, call, res.Content)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), blobPutTimeout)
 		_, err = r.opts.Blobs.PutBytes(pctx, handle, []byte(res.Content))

@@ -2,6 +2,8 @@ package tools_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -307,7 +309,8 @@ func TestRunOffloadsLargeResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantHandle, _ := streams.Default().ResultBlob(mustRef(t), "call-1")
+	sum := sha256.Sum256([]byte(strings.Repeat(line, 1000)))
+	wantHandle, _ := streams.Default().ResultBlob(mustRef(t), "call-1", hex.EncodeToString(sum[:16]))
 	if res.Blob != wantHandle {
 		t.Fatalf("Blob = %q, want %q", res.Blob, wantHandle)
 	}

@@ -67,6 +67,11 @@ type Call struct {
 	Thread *events.Thread
 	// GitHub are the agent's github: settings; zero: the deployment's.
 	GitHub ghapp.Settings
+	// MayRead, when set, reports whether the session may read what
+	// another session of its agent stored (read_blob): the sessions it
+	// was forked from, whose handles its transcript holds. Nil: none but
+	// its own.
+	MayRead func(ctx context.Context, session string) bool
 }
 
 // Result is what the model sees of a call.

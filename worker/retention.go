@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -246,9 +245,7 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 			w.log.Warn("retention: purge applied control messages", "agent", ref.Agent, "session", ref.Session, "err", err)
 		}
 	}
-	if at, st, ok := strings.Cut(ref.Key(), "."); ok {
-		_ = os.RemoveAll(filepath.Join(w.cfg.WorkDir, at, st))
-	}
+	_ = os.RemoveAll(workFolder(w.cfg.WorkDir, ref))
 	// The lease last: until it goes, no worker takes the name.
 	if err := w.leases.kv.Purge(ctx, ls.key); err == nil {
 		released = true

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/window"
 )
@@ -183,11 +182,42 @@ func (s *session) probeTool(ctx context.Context, call record.CallRef, p record.I
 // toolCall is what the tool of a step is called (or probed) with.
 func (s *session) toolCall(in record.Intent, dir string) tools.Call {
 	c := tools.Call{ID: in.CallID, Args: in.Args, Agent: s.r.ref.Agent, Session: s.r.ref.Session, WorkDir: dir,
-		Started: in.Started, Thread: s.st.Thread}
+		Started: in.Started, Thread: s.st.Thread, MayRead: s.forkedFrom(s.st.Parent)}
 	if s.def != nil && s.def.GitHub != nil {
 		c.GitHub = *s.def.GitHub
 	}
 	return c
+}
+
+// maxForkDepth bounds the fork chain MayRead walks.
+const maxForkDepth = 32
+
+// forkedFrom is a Call's MayRead: whether session is one this session
+// was forked from, directly or through forks of forks, whose transcript
+// (and so whose handles) it began as a copy of. A delegated session is
+// no fork: it reads only what it was given.
+func (s *session) forkedFrom(parent string) func(ctx context.Context, session string) bool {
+	if parent == "" {
+		return nil
+	}
+	agent := s.r.ref.Agent
+	return func(ctx context.Context, session string) bool {
+		for p, depth := parent, 0; p != "" && depth < maxForkDepth; depth++ {
+			if p == session {
+				return true
+			}
+			ref, err := streams.NewSessionRef(agent, p)
+			if err != nil {
+				return false
+			}
+			st, _, err := s.w.store.Load(ctx, ref)
+			if err != nil {
+				return false
+			}
+			p = st.Parent
+		}
+		return false
+	}
 }
 
 // probe calls a tool's probe; a panic is an error.
@@ -402,10 +432,5 @@ func (s *session) args(call record.CallRef) json.RawMessage {
 
 // workDir creates and returns the session's work folder.
 func (s *session) workDir() (string, error) {
-	at, st, _ := strings.Cut(s.r.ref.Key(), ".")
-	dir := filepath.Join(s.w.cfg.WorkDir, at, st)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return makeWorkFolder(s.w.cfg.WorkDir, s.r.ref)
 }
