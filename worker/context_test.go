@@ -12,6 +12,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
@@ -280,5 +281,31 @@ triggers:
 				t.Errorf("%s: the event's text has %q:\n%s", tt.trigger, m, text)
 			}
 		}
+	}
+}
+
+// A fork takes the session's notes with it; the original keeps its own.
+func TestForkCarriesNotes(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "one"}, policies.ScriptEntry{Text: "two"}),
+		Context: &policies.ContextPolicy{Notes: true}}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "start")
+	e.waitStatus(t, ref, record.StatusDone)
+	kv, err := e.js.KeyValue(context.Background(), e.names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(tools.Notes{Text: "baseline 41 ms", Call: "c1"})
+	if _, err := kv.Put(context.Background(), e.names.NotesKey(ref), b); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e, ref, control.Message{Verb: control.Fork, Turn: 1, As: "s1-copy", Text: "go on"})
+	child := e.ref(t, "demo", "s1-copy")
+	e.waitStatus(t, child, record.StatusDone)
+	n, _, err := tools.ReadNotes(context.Background(), kv, e.names, child)
+	if err != nil || n.Text != "baseline 41 ms" {
+		t.Fatalf("child's notes %+v, %v", n, err)
 	}
 }

@@ -2,14 +2,18 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/tools"
 )
 
 // forkSource is the source of the resume a fork sends its new session.
@@ -53,6 +57,17 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 	entries, st := s.forkState(all, msg, seq, child)
 	if err := s.w.store.WriteEntries(ctx, child, entries); err != nil {
 		return "", err
+	}
+	// The notes go with the copy (they are the parent's now, not at the
+	// fork's turn: notes have no history). Written before the state, a
+	// second attempt finds them and leaves them.
+	if notes, _, err := tools.ReadNotes(ctx, s.w.sessions, s.w.names, s.r.ref); err != nil {
+		return "", err
+	} else if notes.Text != "" {
+		b, _ := json.Marshal(tools.Notes{Text: notes.Text})
+		if _, err := s.w.sessions.Create(ctx, s.w.names.NotesKey(child), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", fmt.Errorf("worker: fork notes of %s to %s: %w", s.r.ref, child, err)
+		}
 	}
 	if _, err := s.w.store.Create(ctx, child, st); err != nil {
 		if errors.Is(err, record.ErrFenced) {
