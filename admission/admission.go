@@ -192,8 +192,9 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 		return nil, ErrNotReady
 	}
 	agents := a.rules.Agents()
-	if to, ok := e.Extensions()[events.ExtAgent].(string); ok && to != "" {
-		c, ok := a.rules.Agent(to)
+	to, _ := e.Extensions()[events.ExtAgent].(string)
+	if to != "" {
+		c, ok := a.rules.fetch(ctx, to)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownAgent, to)
 		}
@@ -215,7 +216,7 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 	}
 	var out []Decision
 	for _, c := range agents {
-		ds, err := a.decideAgent(ctx, e, c, vars)
+		ds, err := a.decideAgent(ctx, e, c, vars, to != "" && e.Type() == events.TypeRequest)
 		if err != nil {
 			return nil, err
 		}
@@ -224,9 +225,20 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 	return out, nil
 }
 
-func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.Compiled, vars policies.Vars) ([]Decision, error) {
+// RequestsRule is the trigger name of a user request admitted by the
+// agent's requests setting rather than by one of its triggers: a name no
+// trigger can have.
+const RequestsRule = "(requests)"
+
+// decideAgent decides e for one agent; request is set for a user request
+// addressed to it, which its requests setting governs.
+func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.Compiled, vars policies.Vars, request bool) ([]Decision, error) {
 	var out []Decision
 	def := c.Definition
+	if request && def.Requests == policies.RequestsOff {
+		return []Decision{{Agent: def.Name, Trigger: RequestsRule, Outcome: Rejected, Version: def.Version,
+			Reason: fmt.Sprintf("agent %s takes no user requests (requests: off)", def.Name)}}, nil
+	}
 	fail := func(t *policies.CompiledTrigger, err error) {
 		out = append(out, Decision{Agent: def.Name, Trigger: t.Name, Outcome: Failed, Reason: err.Error(), Version: def.Version})
 	}
@@ -318,6 +330,23 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 	}
 	if len(out) > 0 {
 		return out, nil
+	}
+	if request {
+		if def.Requests == policies.RequestsTriggers {
+			return []Decision{{Agent: def.Name, Trigger: RequestsRule, Outcome: Rejected, Version: def.Version,
+				Reason: fmt.Sprintf("no trigger of agent %s admits this request (requests: triggers)", def.Name)}}, nil
+		}
+		// A request addressed to a session goes there, unless the agent
+		// says otherwise.
+		d := Decision{Agent: def.Name, Trigger: RequestsRule, Outcome: Admitted, Version: def.Version, Session: policies.DefaultSession(vars)}
+		ref, err := d.Ref()
+		if err == nil {
+			err = a.publishable(e, d, ref)
+		}
+		if err != nil {
+			return []Decision{{Agent: def.Name, Trigger: RequestsRule, Outcome: Failed, Reason: err.Error(), Version: def.Version}}, nil
+		}
+		return []Decision{d}, nil
 	}
 	return []Decision{{Agent: def.Name, Outcome: Rejected, Reason: "no trigger matched", Version: def.Version}}, nil
 }

@@ -81,8 +81,10 @@ func oneLine(s string) string {
 }
 
 // Messages returns what records the decisions ds for e: an audit record
-// for every decision that is not a rejection (or one record when no
-// agent's trigger matched at all), and a dead letter with the event for
+// for every decision that is not "no trigger matched" (one record stands
+// for all of those when nothing matched at all; a request an agent's
+// requests setting refuses is recorded as such), and a dead letter with
+// the event for
 // every rule that failed to evaluate. counts gives the burst count of
 // debounced decisions, by agent; it may be nil. Publish them and await
 // every acknowledgement before answering the sender.
@@ -91,7 +93,8 @@ func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int)
 	var out []*nats.Msg
 	matched := false
 	for _, d := range ds {
-		if d.Outcome == Rejected {
+		if d.Outcome == Rejected && d.Trigger == "" {
+			// No trigger matched: one record below says so for all.
 			continue
 		}
 		matched = true
@@ -177,25 +180,34 @@ func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
 // Publish publishes msgs concurrently and returns once JetStream has
 // acknowledged every one, or with the first failure.
 func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) error {
+	_, err := PublishSeqs(ctx, js, msgs)
+	return err
+}
+
+// PublishSeqs is Publish returning each message's stream sequence, in
+// the order of msgs.
+func PublishSeqs(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) ([]uint64, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		f, err := js.PublishMsgAsync(m)
 		if err != nil {
-			return fmt.Errorf("publish on %s: %w", m.Subject, err)
+			return nil, fmt.Errorf("publish on %s: %w", m.Subject, err)
 		}
 		futures = append(futures, f)
 	}
+	seqs := make([]uint64, len(futures))
 	var errs []error
-	for _, f := range futures {
+	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			seqs[i] = ack.Sequence
 		case err := <-f.Err():
 			errs = append(errs, fmt.Errorf("publish on %s: %w", f.Msg().Subject, err))
 		case <-ctx.Done():
-			return fmt.Errorf("publish on %s: %w", f.Msg().Subject, ctx.Err())
+			return nil, fmt.Errorf("publish on %s: %w", f.Msg().Subject, ctx.Err())
 		}
 	}
-	return errors.Join(errs...)
+	return seqs, errors.Join(errs...)
 }
 
 // Recent returns up to n of the newest admission records in JL_AUDIT

@@ -21,6 +21,9 @@ type Rules struct {
 	sorted   []*policies.Compiled
 	synced   chan struct{}
 	syncOnce sync.Once
+	// lookup reads an agent the watch has not delivered yet; nil
+	// without a store that can.
+	lookup func(ctx context.Context, agent string) (*policies.Compiled, error)
 }
 
 // NewRules returns an empty set that is not yet synced.
@@ -92,9 +95,50 @@ type Watcher interface {
 	Watch(ctx context.Context) (<-chan policies.Change, error)
 }
 
+// getter is a Watcher that can also read one agent now, as
+// *policies.Store can.
+type getter interface {
+	GetCompiled(ctx context.Context, agent string) (*policies.Compiled, policies.Record, error)
+}
+
+// fetch returns an agent's definition: the one the watch delivered, else
+// for an agent the watch has not delivered yet (applied a moment ago:
+// `jetloop apply` and then `jetloop send`), the store's, read now.
+func (r *Rules) fetch(ctx context.Context, agent string) (*policies.Compiled, bool) {
+	if c, ok := r.Agent(agent); ok {
+		return c, true
+	}
+	r.mu.RLock()
+	lookup := r.lookup
+	r.mu.RUnlock()
+	if lookup == nil {
+		return nil, false
+	}
+	c, err := lookup(ctx, agent)
+	if err != nil || c == nil || c.Definition.Name != agent {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.agents[agent]; ok {
+		return prev, true // the watch was quicker
+	}
+	r.agents[agent] = c
+	r.resort()
+	return c, true
+}
+
 // Watch keeps r in step with the store until ctx ends. It returns nil
 // when ctx ends and an error when the watch cannot start or stops.
 func (r *Rules) Watch(ctx context.Context, store Watcher, log *slog.Logger) error {
+	if g, ok := store.(getter); ok {
+		r.mu.Lock()
+		r.lookup = func(ctx context.Context, agent string) (*policies.Compiled, error) {
+			c, _, err := g.GetCompiled(ctx, agent)
+			return c, err
+		}
+		r.mu.Unlock()
+	}
 	ch, err := store.Watch(ctx)
 	if err != nil {
 		return err

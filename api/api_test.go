@@ -19,6 +19,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
@@ -33,6 +34,7 @@ type harness struct {
 	names  streams.Names
 	svc    *api.Service
 	client *api.Client
+	rules  *admission.Rules
 }
 
 // start runs a provisioned server and the API service on it until the test
@@ -48,6 +50,10 @@ func start(t *testing.T, cfg api.Config) *harness {
 		t.Fatal(err)
 	}
 	cfg.Names = names
+	var rules *admission.Rules
+	if cfg.Requests == nil {
+		cfg.Requests, rules = ingestFor(t, js, names)
+	}
 	svc, err := api.New(ctx, nc, js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +72,7 @@ func start(t *testing.T, cfg api.Config) *harness {
 		_, err := client.Agents(context.Background())
 		return err
 	})
-	return &harness{nc: nc, js: js, names: names, svc: svc, client: client}
+	return &harness{nc: nc, js: js, names: names, svc: svc, client: client, rules: rules}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -148,6 +154,13 @@ func (h *harness) applyDemo(t *testing.T) {
 	if _, err := h.client.Apply(ctx(t), api.ApplyRequest{Files: []api.File{{Name: "demo.yaml", Content: string(demo)}}}); err != nil {
 		t.Fatal(err)
 	}
+	// The ingest's admission takes it.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if _, ok := h.rules.Agent("demo"); !ok {
+			return errors.New("admission has no demo yet")
+		}
+		return nil
+	})
 }
 
 // session returns the state of a session of agent demo in status, after
@@ -368,6 +381,7 @@ func (h *harness) putSession(t *testing.T, st record.State, entries []record.Ent
 
 func TestSendStatusShow(t *testing.T) {
 	h := start(t, api.Config{MaxResponse: 64 << 10})
+	h.applyDemo(t)
 	sent, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "s1", Text: "hello", ID: "k1"})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,11 @@ var (
 	// addresses: an approve of a call that is not pending, a fork onto a
 	// session that exists.
 	ErrConflict = errors.New("conflict")
+	// ErrNotAdmitted (422): a request the addressed agent does not take
+	// (requests: off, or no trigger admits it); the message says why.
+	ErrNotAdmitted = errors.New("not admitted")
+	// ErrRateLimited (429): a request a rate limit dropped.
+	ErrRateLimited = errors.New("rate limited")
 	// ErrInternal (500): the service failed.
 	ErrInternal = errors.New("internal error")
 	// ErrUnavailable (503): no service answered, or JetStream did not;
@@ -41,6 +46,8 @@ var sentinels = map[int]error{
 	http.StatusBadRequest:          ErrBadRequest,
 	http.StatusNotFound:            ErrNotFound,
 	http.StatusConflict:            ErrConflict,
+	http.StatusUnprocessableEntity: ErrNotAdmitted,
+	http.StatusTooManyRequests:     ErrRateLimited,
 	http.StatusInternalServerError: ErrInternal,
 	http.StatusServiceUnavailable:  ErrUnavailable,
 	http.StatusGatewayTimeout:      ErrTimeout,
@@ -48,7 +55,8 @@ var sentinels = map[int]error{
 
 // Error is a failed request: an HTTP status as its code, and what failed.
 type Error struct {
-	// Code is an HTTP status: 400, 404, 409, 500, 503 or 504.
+	// Code is an HTTP status: 400, 404, 409, 413, 422, 429, 500, 503 or
+	// 504.
 	Code int `json:"code"`
 	// Message names what failed and why.
 	Message string `json:"message"`

@@ -39,7 +39,8 @@ func fuzzService(f *testing.F) (*nats.Conn, jetstream.JetStream, streams.Names, 
 	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
 		f.Fatal(err)
 	}
-	svc, err := api.New(ctx, nc, js, api.Config{Names: names})
+	requests, _ := ingestFor(f, js, names)
+	svc, err := api.New(ctx, nc, js, api.Config{Names: names, Requests: requests})
 	if err != nil {
 		f.Fatal(err)
 	}

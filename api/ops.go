@@ -19,13 +19,14 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ghapp"
+	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
 	"github.com/jetloop/jetloop/streams"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // Bounds of requests.
@@ -124,6 +125,14 @@ func sessionRef(agent, session string) (streams.SessionRef, error) {
 	return ref, nil
 }
 
+// Requests runs a user request through the ingest's pipeline (dedupe,
+// admission, limits, publish, records) and says where it went;
+// ingest.Server.Request is one.
+type Requests func(ctx context.Context, r events.Request, receiver string) (*ingest.Result, error)
+
+// send is the API's way in for a user request: the same event, and the
+// same pipeline, as POST …/messages, so it is decided, limited and
+// recorded alike.
 func (s *Service) send(ctx context.Context, req SendRequest) (SendResponse, error) {
 	ref, err := sessionRef(req.Agent, req.Session)
 	if err != nil {
@@ -132,11 +141,21 @@ func (s *Service) send(ctx context.Context, req SendRequest) (SendResponse, erro
 	if strings.TrimSpace(req.Text) == "" {
 		return SendResponse{}, errorf(http.StatusBadRequest, "send to %s: text is empty", ref)
 	}
-	seq, err := worker.Send(ctx, s.js, s.names, ref, worker.Request{Text: req.Text, ID: req.ID, Source: sourceAPI})
-	if err != nil {
-		return SendResponse{}, err
+	if s.cfg.Requests == nil {
+		return SendResponse{}, errorf(http.StatusServiceUnavailable, "send to %s: this process runs no ingest to admit requests", ref)
 	}
-	return SendResponse{Agent: ref.Agent, Session: ref.Session, Seq: seq}, nil
+	res, err := s.cfg.Requests(ctx, events.Request{Agent: ref.Agent, Session: ref.Session, Text: req.Text, ID: req.ID}, "api")
+	if err != nil {
+		return SendResponse{}, &Error{Code: ingest.Status(err), Message: fmt.Sprintf("send to %s: %v", ref, err)}
+	}
+	out := SendResponse{Agent: ref.Agent, Session: ref.Session, ID: res.ID, Duplicate: res.Duplicate}
+	for _, t := range res.Admitted {
+		if t.Agent == ref.Agent {
+			out.Session, out.Seq, out.Debounced, out.Throttled, out.At = t.Session, t.Seq, t.Debounced, t.Throttled, t.At
+			break
+		}
+	}
+	return out, nil
 }
 
 // checkAgentFilter refuses an agent filter that names no agent could

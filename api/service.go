@@ -58,6 +58,10 @@ type Config struct {
 	// admission; nil (a process without the ingest) refuses them with
 	// 503.
 	Readmit dlq.Readmit
+	// Requests runs user requests (send) through the ingest's pipeline,
+	// as POST …/messages does; nil (a process without the ingest) refuses
+	// them with 503.
+	Requests Requests
 	// Catalogs records, at apply, what a definition's MCP servers offer
 	// (their admitted tools' descriptions and schemas); default an
 	// mcp.Pool with default options, which connects to each server from

@@ -100,8 +100,19 @@ type SendResponse struct {
 	Agent   string `json:"agent"`
 	Session string `json:"session"`
 	// Seq is the message's sequence in JL_IN; the session's state records
-	// it as in_seq once handled.
+	// it as in_seq once handled. 0 for a message that waits, debounced or
+	// throttled, to reach the session.
 	Seq uint64 `json:"seq"`
+	// ID is the message's event id (the idempotency key).
+	ID string `json:"id"`
+	// Duplicate: a message with this id was sent before; it is not
+	// stored again.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Debounced and Throttled say how it waits; At is when a throttled
+	// message reaches the session.
+	Debounced bool      `json:"debounced,omitempty"`
+	Throttled bool      `json:"throttled,omitempty"`
+	At        time.Time `json:"at,omitzero"`
 }
 
 // StatusRequest lists sessions, optionally of one agent or one status.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/health"
 	"github.com/jetloop/jetloop/ingest/gate"
@@ -52,6 +53,9 @@ type Runtime struct {
 	// readmit is the ingest's, when this process runs one: the API
 	// redrives dead letters of admission through it.
 	readmit dlq.Readmit
+	// requests is the ingest's way in for user requests, when this
+	// process runs one: the API's send and Slack messages take it.
+	requests api.Requests
 	// trees starts the tool processes of every worker of the process.
 	trees *proctree.Starter
 	// Tracer exports the process's spans (see package tracing); it

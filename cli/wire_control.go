@@ -16,11 +16,11 @@ import (
 
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools/mcp"
-	"github.com/jetloop/jetloop/worker"
 )
 
 // Files under `jetloop dev`'s --data folder holding the API token it
@@ -130,7 +130,7 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit, Catalogs: catalogs})
+	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit, Requests: rt.requests, Catalogs: catalogs})
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,19 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	// A message that is not a command is a user request to its channel's
 	// session, on the path of every user request.
 	send := func(ctx context.Context, ref streams.SessionRef, text, id, source, thread string) (uint64, error) {
-		return worker.Send(ctx, rt.JS, rt.Names, ref, worker.Request{Text: text, ID: id, Source: source, Thread: thread})
+		if rt.requests == nil {
+			return 0, errors.New("this process runs no ingest to admit requests")
+		}
+		res, err := rt.requests(ctx, events.Request{Agent: ref.Agent, Session: ref.Session, Text: text, ID: id, Source: source, Thread: thread}, "slack")
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range res.Admitted {
+			if t.Agent == ref.Agent {
+				return t.Seq, nil
+			}
+		}
+		return 0, nil
 	}
 	r, err := slack.New(ctx, rt.JS, slack.Config{Names: rt.Names, SigningSecret: []byte(secret), Channels: channels, Check: check, Send: send,
 		Log: log.With("receiver", "slack"), Gate: g})

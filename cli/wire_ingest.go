@@ -123,6 +123,7 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	}
 	srv.Mount(rt.Mux)
 	rt.readmit = srv.Readmit
+	rt.requests = srv.Request
 	mountMetrics(rt.Mux)
 	rt.Health.Add("definitions", func() error {
 		if !rules.IsSynced() {

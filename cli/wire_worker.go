@@ -291,11 +291,21 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	seq := sent.Seq
+	ref, _ = streams.NewSessionRef(sent.Agent, sent.Session)
 	if !wait {
 		if cf.json {
-			return json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq})
+			return json.NewEncoder(env.Stdout).Encode(sent)
 		}
-		fmt.Fprintf(env.Stdout, "sent to %s (seq %d)\n", ref, seq)
+		switch {
+		case sent.Duplicate:
+			fmt.Fprintf(env.Stdout, "sent to %s before (id %s, seq %d): not sent again\n", ref, sent.ID, seq)
+		case sent.Debounced:
+			fmt.Fprintf(env.Stdout, "sent to %s (id %s): joins a burst that reaches the session as one event\n", ref, sent.ID)
+		case sent.Throttled:
+			fmt.Fprintf(env.Stdout, "sent to %s (id %s): throttled, reaches the session at %s\n", ref, sent.ID, sent.At.Local().Format(time.RFC3339))
+		default:
+			fmt.Fprintf(env.Stdout, "sent to %s (seq %d)\n", ref, seq)
+		}
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -308,14 +318,19 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	err = follow(wctx, rt, c, ref, func(u record.Update) error {
 		switch {
 		case u.Entry != nil && u.Entry.Event != nil && (u.Entry.Kind == record.KindUser || u.Entry.Kind == record.KindEvent):
-			if u.Entry.Event.Seq == seq {
+			if seq == 0 && (u.Entry.Event.ID == sent.ID || sent.Debounced && u.Entry.Event.Count > 0) {
+				// A message that waited (throttled, or in a burst whose
+				// latest event stands for it) is known by its id.
+				seq = u.Entry.Event.Seq
+			}
+			if seq != 0 && u.Entry.Event.Seq == seq {
 				ours, answer = true, ""
-			} else if u.Entry.Event.Seq > seq {
+			} else if seq != 0 && u.Entry.Event.Seq > seq {
 				ours = false
 			}
 		case u.Entry != nil && u.Entry.Kind == record.KindAssistant && ours:
 			answer = u.Entry.Text
-		case u.State != nil && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Status != record.StatusWaiting && u.State.Pending == nil:
+		case u.State != nil && seq != 0 && u.State.InSeq >= seq && u.State.Status.Resting() && u.State.Status != record.StatusWaiting && u.State.Pending == nil:
 			// A session waiting for the sessions it delegated to goes on
 			// by itself when they answer: its run has not rested.
 			final = u.State
@@ -330,19 +345,28 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("%s did not handle the message within %s (see 'jetloop show %s')", ref, timeout, ref)
 	}
 	if cf.json {
-		return json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq,
-			"status": final.Status, "reason": final.Reason, "waiting_for": final.WaitingFor, "answer": answer})
+		if err := json.NewEncoder(env.Stdout).Encode(map[string]any{"agent": ref.Agent, "session": ref.Session, "seq": seq,
+			"status": final.Status, "reason": final.Reason, "waiting_for": final.WaitingFor, "answer": answer}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(env.Stdout, "%s %s", ref, final.Status)
+		if final.Reason != "" {
+			fmt.Fprintf(env.Stdout, " (%s)", final.Reason)
+		}
+		if final.WaitingFor != "" {
+			fmt.Fprintf(env.Stdout, " waiting for: %s", final.WaitingFor)
+		}
+		fmt.Fprintln(env.Stdout)
+		if answer != "" {
+			fmt.Fprintln(env.Stdout, answer)
+		}
 	}
-	fmt.Fprintf(env.Stdout, "%s %s", ref, final.Status)
-	if final.Reason != "" {
-		fmt.Fprintf(env.Stdout, " (%s)", final.Reason)
-	}
-	if final.WaitingFor != "" {
-		fmt.Fprintf(env.Stdout, " waiting for: %s", final.WaitingFor)
-	}
-	fmt.Fprintln(env.Stdout)
-	if answer != "" {
-		fmt.Fprintln(env.Stdout, answer)
+	switch final.Status {
+	case record.StatusFailed, record.StatusBudgetExceeded, record.StatusCancelled:
+		// The message was handled and its run did not succeed: say so in
+		// the exit status too.
+		return fmt.Errorf("%s: the run ended %s: %s", ref, final.Status, final.Reason)
 	}
 	return nil
 }

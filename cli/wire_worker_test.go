@@ -92,7 +92,8 @@ triggers:
 	}
 	code, out, errs = run(t, nil, append([]string{"send", "--wait", "--json", "--timeout", "1m", "flaky", "s1", "two"}, viewer...)...)
 	var got map[string]any
-	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+	// The run failed: the exit status says so.
+	if err := json.Unmarshal([]byte(out), &got); code != 1 || err != nil || !strings.Contains(errs, "the run ended failed") {
 		t.Fatalf("second send --wait: exit %d, %v, %q %s", code, err, out, errs)
 	}
 	if got["status"] != "failed" || got["answer"] != "" {

@@ -56,9 +56,16 @@ type harness struct {
 	srv   *natsd.Server
 	adm   *admission.Admitter
 	store *dedupe.Store
+	ing   *ingest.Server
 }
 
 func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *harness {
+	t.Helper()
+	return startWith(t, window, []string{reviewerYAML, demoYAML}, natsOpts...)
+}
+
+// startWith is start with the definitions defs.
+func startWith(t testing.TB, window time.Duration, defs []string, natsOpts ...natstest.Option) *harness {
 	t.Helper()
 	s := natstest.RunServer(t, natsOpts...)
 	_, js := natstest.Connect(t, s.ClientURL())
@@ -68,7 +75,7 @@ func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *har
 		t.Fatal(err)
 	}
 	rules := admission.NewRules()
-	for _, y := range []string{reviewerYAML, demoYAML} {
+	for _, y := range defs {
 		c, err := policies.Parse("def.yaml", []byte(y))
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +98,7 @@ func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *har
 	srv.Mount(mux)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
-	return &harness{url: hs.URL, nats: s.ClientURL(), js: js, names: names, srv: s, adm: adm, store: store}
+	return &harness{url: hs.URL, nats: s.ClientURL(), js: js, names: names, srv: s, adm: adm, store: store, ing: srv}
 }
 
 func fixture(t testing.TB, path string) []byte {

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -54,6 +55,10 @@ type Refusal struct {
 type Target struct {
 	Agent   string `json:"agent"`
 	Session string `json:"session"`
+	// Seq is the event's sequence in JL_IN on the session's subject (the
+	// session's state records it as in_seq once handled); 0 for an event
+	// that waits as a burst or a throttled turn.
+	Seq uint64 `json:"seq,omitempty"`
 	// Debounced marks an event that joined a burst: the session gets one
 	// event for the burst after the trigger's quiet window.
 	Debounced bool `json:"debounced,omitempty"`
@@ -91,6 +96,14 @@ var (
 	ErrNotFound = errors.New("ingest: not found")
 	// ErrUnauthorized means the sender could not be verified (401).
 	ErrUnauthorized = errors.New("ingest: unauthorized")
+	// ErrNotAdmitted means an event addressed to an agent (a user
+	// request, or a CloudEvent with jlagent) was admitted to no session:
+	// the agent's triggers, or its requests setting, refused it (422).
+	// The decision is recorded in JL_AUDIT; nothing else is stored.
+	ErrNotAdmitted = errors.New("ingest: not admitted")
+	// ErrRateLimited is ErrNotAdmitted for an event a rate limit dropped
+	// (429).
+	ErrRateLimited = fmt.Errorf("%w: rate limited", ErrNotAdmitted)
 	// ErrConflict means the event's id (an Idempotency-Key) was used for
 	// a different request (409).
 	ErrConflict = errors.New("ingest: id used for a different request")

@@ -46,6 +46,7 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 		e := d.Event
 		res = &Result{ID: e.ID(), Admitted: []Target{}}
 		var msgs []*nats.Msg
+		var targetOf []int // the target of each of msgs
 		counts := map[string]int{}
 		for _, dec := range d.Decisions {
 			m.decisions.WithLabelValues(dec.Agent, string(dec.Outcome)).Inc()
@@ -66,6 +67,7 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
 				msg.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
+				targetOf = append(targetOf, len(res.Admitted))
 				msgs = append(msgs, msg)
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session})
 			case admission.Refused:
@@ -113,9 +115,13 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 			return nil, err
 		}
 		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)+len(records)))
-		if err := admission.Publish(ctx, js, append(msgs, records...)); err != nil {
+		seqs, err := admission.PublishSeqs(ctx, js, append(msgs, records...))
+		if err != nil {
 			m.publishFailures.Inc()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		for i, t := range targetOf {
+			res.Admitted[t].Seq = seqs[i]
 		}
 		return res, nil
 	}

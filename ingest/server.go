@@ -11,14 +11,12 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/admission"
@@ -192,9 +190,40 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 	return Chain(
 		Publish(js, adm, names, m, WithClaimCheck(maxEventSize)),
 		Deduplicate(store, adm, js, m),
+		RefuseUnadmitted(),
 		Admit(adm),
 		Room(streams.NewRoom(js, names.StreamIn())),
 	)
+}
+
+// Request runs a user's request through the pipeline, exactly as POST
+// /v1/agents/{agent}/sessions/{session}/messages does: the same event
+// (events.RequestEvent), dedupe (an id reused for another text is
+// ErrConflict), admission, limits, publish and records. receiver names
+// the way it came (api, slack) in metrics and logs. A request admitted
+// nowhere is ErrNotAdmitted, naming why.
+func (s *Server) Request(ctx context.Context, r events.Request, receiver string) (*Result, error) {
+	e, err := events.RequestEvent(r, s.cfg.Now())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	s.m.received.WithLabelValues(receiver).Inc()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	d := &Delivery{Event: e, Receiver: receiver, Digest: requestDigest(e)}
+	res, err := s.handle(ctx, d)
+	if err != nil {
+		s.m.refused.WithLabelValues(receiver, strconv.Itoa(Status(err))).Inc()
+		return nil, err
+	}
+	s.log.Info("event accepted", "receiver", receiver, "id", e.ID(), "type", e.Type(), "source", e.Source(),
+		"duplicate", res.Duplicate, "admitted", len(res.Admitted))
+	return res, nil
+}
+
+// requestDigest names what a sender sent with an id it may reuse.
+func requestDigest(e event.Event) string {
+	return dedupe.Digest([]byte(e.Type()), []byte(e.Subject()), []byte(e.DataContentType()), e.Data())
 }
 
 // Mount registers the receivers on mux:
@@ -265,7 +294,7 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 		if name != "github" {
 			// A sender that reuses an id (an Idempotency-Key) must mean
 			// the same request. GitHub's redeliveries are its own.
-			d.Digest = dedupe.Digest([]byte(e.Type()), []byte(e.Subject()), []byte(e.DataContentType()), e.Data())
+			d.Digest = requestDigest(e)
 		}
 		res, err := s.handle(ctx, d)
 		if err != nil {
@@ -393,32 +422,14 @@ func (s *Server) request(r *http.Request, body []byte) (*Delivery, *answer, erro
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf(`%w: body must be one JSON object {"text": "..."}, with nothing after it`, ErrBadRequest)
 	}
-	if strings.TrimSpace(req.Text) == "" {
-		return nil, nil, fmt.Errorf("%w: text is empty", ErrBadRequest)
-	}
 	id := r.Header.Get("Idempotency-Key")
-	switch {
-	case id == "":
-		id = uuid.NewString()
-	case len(id) > MaxIdempotencyKey || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }):
+	if len(id) > MaxIdempotencyKey || strings.ContainsFunc(id, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return nil, nil, fmt.Errorf("%w: Idempotency-Key: at most %d printable characters", ErrBadRequest, MaxIdempotencyKey)
 	}
-	data, _ := json.Marshal(req)
-	e := event.New()
-	e.SetID(id)
-	// The source scopes the Idempotency-Key to the session.
-	e.SetSource("/agents/" + url.PathEscape(agent) + "/sessions/" + url.PathEscape(session))
-	e.SetType(events.TypeRequest)
-	e.SetSubject(session)
-	e.SetTime(s.cfg.Now().UTC())
-	e.SetExtension(events.ExtAgent, agent)
-	e.SetExtension(events.ExtSession, session)
-	if err := e.SetData(event.ApplicationJSON, data); err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	// A session or key that no event can carry (invalid UTF-8, say) is
-	// the sender's fault: refuse it before anything is written.
-	if _, err := events.ToMsg("ingest.check", e); err != nil {
+	// The event every way in builds for a request; its source scopes
+	// the Idempotency-Key to the session.
+	e, err := events.RequestEvent(events.Request{Agent: agent, Session: session, Text: req.Text, ID: id}, s.cfg.Now())
+	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return &Delivery{Event: e}, nil, nil
@@ -426,24 +437,35 @@ func (s *Server) request(r *http.Request, body []byte) (*Delivery, *answer, erro
 
 var errNotConfigured = errors.New("ingest: receiver not configured")
 
+// Status is the HTTP status the receivers answer err with: 503 for
+// anything not the sender's fault, so that no event is ever lost behind
+// a 2xx or a 4xx.
+func Status(err error) int {
+	switch {
+	case gate.Status(err) != 0:
+		return gate.Status(err)
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, ErrRateLimited):
+		return http.StatusTooManyRequests
+	case errors.Is(err, ErrNotAdmitted):
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusServiceUnavailable
+}
+
 // fail answers err with its status: 503 with Retry-After for anything not
 // the sender's fault, so that no event is ever lost behind a 2xx or a 4xx.
 func (s *Server) fail(w http.ResponseWriter, receiver string, err error) {
-	status := http.StatusServiceUnavailable
-	switch {
-	case gate.Status(err) != 0:
-		status = gate.Status(err)
-	case errors.Is(err, ErrUnauthorized):
-		status = http.StatusUnauthorized
-	case errors.Is(err, ErrBadRequest):
-		status = http.StatusBadRequest
-	case errors.Is(err, ErrTooLarge):
-		status = http.StatusRequestEntityTooLarge
-	case errors.Is(err, ErrNotFound):
-		status = http.StatusNotFound
-	case errors.Is(err, ErrConflict):
-		status = http.StatusConflict
-	}
+	status := Status(err)
 	s.m.refused.WithLabelValues(receiver, strconv.Itoa(status)).Inc()
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Round(time.Second)/time.Second))))

@@ -494,6 +494,9 @@ func compile(d Definition, c *checker) *Compiled {
 		}
 		checkWait(c, "ask_human", w.Timeout, w.OnTimeout)
 	}
+	if !oneOf(d.Requests, []string{"", RequestsOn, RequestsOff, RequestsTriggers}) {
+		c.addf("requests", "%q: want on, off or triggers", d.Requests)
+	}
 	if cc := d.Concurrency; cc != nil {
 		if cc.Limit < 1 || cc.Limit > MaxConcurrency {
 			c.addf("concurrency.limit", "%d: want 1 to %d runs at once", cc.Limit, MaxConcurrency)

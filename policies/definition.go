@@ -40,6 +40,12 @@ type Definition struct {
 	MCPServers []MCPServer `yaml:"mcp_servers,omitempty" json:"mcp_servers,omitempty"`
 	// Concurrency bounds how many of the agent's runs go on at once.
 	Concurrency *Concurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// Requests says what becomes of a user request addressed to one of
+	// the agent's sessions (jetloop send, jl.api.send, POST …/messages):
+	// "on" (the default) admits it to that session when no trigger admits
+	// it first; "triggers" leaves it to the triggers alone, so a request
+	// no trigger's when admits is refused; "off" refuses every request.
+	Requests string `yaml:"requests,omitempty" json:"requests,omitempty"`
 	// Limits are spend ceilings beyond one run (Budget is per run).
 	Limits *Limits `yaml:"limits,omitempty" json:"limits,omitempty"`
 	// Context is what of a session's history each model call receives:
@@ -179,6 +185,13 @@ type Trigger struct {
 	// the running run before its next model call).
 	OnBusy string `yaml:"on_busy,omitempty" json:"on_busy,omitempty"`
 }
+
+// What Requests takes.
+const (
+	RequestsOn       = "on"
+	RequestsOff      = "off"
+	RequestsTriggers = "triggers"
+)
 
 // On-busy policies of a trigger.
 const (

@@ -110,6 +110,25 @@ func (s *session) input(ctx context.Context, in *input) error {
 	entries := []record.Entry{e}
 	moved, err := s.resolveRun(ctx, &next)
 	if err != nil {
+		if errors.Is(err, errNoModel) {
+			// The definition is there but this worker cannot build its
+			// model (an API key variable it lacks): the run fails, and
+			// its status says why, where a user looks; the event goes to
+			// the dead letters (not the transcript), to be redriven once
+			// the worker has its key.
+			reason := fmt.Sprintf("%v (on worker %s)", err, s.w.cfg.ID)
+			if derr := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NoDefinition, reason); derr != nil {
+				return derr
+			}
+			next.NextEntry--
+			entries = nil
+			if tick && next.Tick != nil {
+				next.Tick.Result = schedule.ResultFailed
+				s.w.recordTick(ctx, s.r.ref.Agent, next.Tick.Schedule, next.Tick.ID, next.Tick.Slot, schedule.ResultFailed, errors.New(reason))
+			}
+			s.log.Error("run cannot start: no model", "err", err)
+			return s.failRun(ctx, next, entries, reason, reason)
+		}
 		if errors.Is(err, errNoDefinition) {
 			if dl := next.Delegation; dl != nil && dl.Seq == in.seq {
 				// The delegating call must not wait for a run that will
@@ -213,7 +232,11 @@ func (s *session) eventEntry(next *record.State, in *input, ev event.Event) reco
 	return e
 }
 
-var errNoDefinition = errors.New("agent has no definition")
+var (
+	errNoDefinition = errors.New("agent has no definition")
+	// errNoModel: the definition names a model this worker cannot build.
+	errNoModel = errors.New("no model")
+)
 
 // resolveRun loads the definition a run that starts now uses, and its
 // model, and records the version in next: with VersionedDefinitions the
@@ -268,7 +291,7 @@ func (s *session) use(def policies.Definition, p policies.Pinned, next *record.S
 	agent := s.r.ref.Agent
 	m, err := s.w.modelFor(agent, def.Version, func() (model.Model, error) { return s.w.cfg.Models(def.Model) })
 	if err != nil {
-		return fmt.Errorf("%w: %s version %d: model: %w", errNoDefinition, agent, def.Version, err)
+		return fmt.Errorf("%w: %s version %d: model: %w", errNoModel, agent, def.Version, err)
 	}
 	s.def, s.model = &def, m
 	next.DefinitionVersion, next.DefinitionRevision, next.Rollout = p.Version, p.Revision, p.Rollout

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/events"
@@ -20,35 +18,22 @@ type Request struct {
 	// ID is the event id, the dedupe key: a request sent twice with one
 	// id runs once. Empty: a new id.
 	ID string
-	// Source is the event source; default "/jetloop/cli".
+	// Source is the event source; default events.RequestSource.
 	Source string
 	// Thread is the chat thread the request came from, where the run's
 	// answer is posted (events.SlackThread); empty: none.
 	Thread string
 }
 
-// Send publishes a request to a session's subject as a dev.jetloop.request
-// CloudEvent and returns its JL_IN sequence once JetStream has it. The
-// session is created by the worker that consumes it.
+// Send publishes a request straight to a session's subject, as the
+// dev.jetloop.request CloudEvent every way in builds
+// (events.RequestEvent), and returns its JL_IN sequence once JetStream
+// has it. It skips admission, dedupe and their records: it is for tests
+// and benchmarks of the worker. Users' requests take the ingest's
+// pipeline (ingest.Server.Request, POST …/messages, jl.api.send).
 func Send(ctx context.Context, js jetstream.JetStream, names streams.Names, ref streams.SessionRef, req Request) (uint64, error) {
-	if req.ID == "" {
-		req.ID = uuid.NewString()
-	}
-	if req.Source == "" {
-		req.Source = "/jetloop/cli"
-	}
-	e := event.New()
-	e.SetID(req.ID)
-	e.SetSource(req.Source)
-	e.SetType(events.TypeRequest)
-	e.SetSubject(ref.Session)
-	e.SetTime(time.Now().UTC())
-	e.SetExtension(events.ExtAgent, ref.Agent)
-	e.SetExtension(events.ExtSession, ref.Session)
-	if req.Thread != "" {
-		e.SetExtension(events.ExtThread, req.Thread)
-	}
-	if err := e.SetData("text/plain; charset=utf-8", []byte(req.Text)); err != nil {
+	e, err := events.RequestEvent(events.Request{Agent: ref.Agent, Session: ref.Session, Text: req.Text, ID: req.ID, Source: req.Source, Thread: req.Thread}, time.Now())
+	if err != nil {
 		return 0, fmt.Errorf("worker: send to %s: %w", ref, err)
 	}
 	// The run it starts is the child of the caller's span.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
@@ -104,4 +105,26 @@ func TestDaySpendCeilingsAreShared(t *testing.T) {
 	run("a-3", record.StatusBudgetExceeded, `limits.key_usd_per_day 3.0000 reached for key "a"`)
 	run("b-1", record.StatusDone, "") // agent: $6 ≥ 6 now
 	run("c-1", record.StatusBudgetExceeded, "limits.agent_usd_per_day 6.0000 reached (6.0000 spent by agent team today")
+}
+
+// A worker that cannot build a definition's model (its API key variable
+// is not set there) fails the run with the reason in the status, rather
+// than leave the session idle; the event is a dead letter, to be
+// redriven once the worker has its key.
+func TestMissingModelKeyFailsTheRun(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "keyed", Model: policies.Model{Provider: "anthropic", Name: "claude-sonnet-4-5"}}
+	models := func(spec policies.Model) (model.Model, error) {
+		return model.New(spec, model.WithGetenv(func(string) string { return "" }))
+	}
+	e.start(t, worker.Config{Definitions: defs{"keyed": def}, Agents: []string{"keyed"}, Models: models})
+	ref := e.ref(t, "keyed", "s1")
+	e.send(t, ref, "hello")
+	tr := e.waitStatus(t, ref, record.StatusFailed)
+	if !strings.Contains(tr.Reason, "ANTHROPIC_API_KEY") || !strings.Contains(tr.Reason, "on worker w1") {
+		t.Fatalf("reason %q", tr.Reason)
+	}
+	if got, want := kinds(tr), "system"; got != want {
+		t.Fatalf("transcript %s, want %s", got, want)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
+	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/ingest/gate"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -70,7 +71,10 @@ type Config struct {
 	// (id is the channel and the message's ts), whose answer goes to the
 	// thread it came from (thread: events.SlackThread of the channel and
 	// the thread's first ts). jetloop dev and jetloop ingest set it to the
-	// path of every user request. Nil: such messages are ignored.
+	// path of every user request; an error it answers with a status below
+	// 500 (ingest.Status: the agent does not take the request) is told
+	// to the sender, and Slack is not asked to retry. Nil: such messages
+	// are ignored.
 	Send func(ctx context.Context, ref streams.SessionRef, text, id, source, thread string) (seq uint64, err error)
 	Log  *slog.Logger
 	// Gate admits a request before its body is read, from its unverified
@@ -369,6 +373,13 @@ func (r *Receiver) request(ctx context.Context, log *slog.Logger, in request) (a
 		thread = in.ts
 	}
 	seq, err := r.cfg.Send(ctx, ref, text, id, "/chat/slack/"+url.PathEscape(in.team), events.SlackThread(in.channel, thread))
+	if status := ingest.Status(err); err != nil && status < 500 {
+		// The agent does not take it (requests: off, no trigger admits
+		// it, a rate limit): the sender is told why; Slack must not
+		// retry.
+		log.Info("slack message not admitted", "agent", ref.Agent, "session", ref.Session, "status", status, "err", err)
+		return r.answer(in, false, "not sent: "+err.Error()), nil
+	}
 	if err != nil {
 		return nil, err
 	}
