@@ -171,7 +171,7 @@ func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, l
 	return func(ctx context.Context, e event.Event) (worker.Admission, error) {
 		res, err := pipe(ctx, &ingest.Delivery{Event: e, Receiver: "delegate"})
 		switch {
-		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrTooLarge):
+		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrTooLarge), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
 		case err != nil:
 			return worker.Admission{}, err

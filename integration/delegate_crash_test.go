@@ -46,7 +46,7 @@ func delegationPipeline(t *testing.T, js jetstream.JetStream, defs fixedDefs) wo
 	return func(ctx context.Context, e event.Event) (worker.Admission, error) {
 		res, err := pipe(ctx, &ingest.Delivery{Event: e, Receiver: "delegate"})
 		switch {
-		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest):
+		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
 		case err != nil:
 			return worker.Admission{}, err

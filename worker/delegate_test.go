@@ -54,7 +54,7 @@ func admitWith(t *testing.T, e *env, d defs) worker.AdmitFunc {
 	return func(ctx context.Context, ev event.Event) (worker.Admission, error) {
 		res, err := pipe(ctx, &ingest.Delivery{Event: ev, Receiver: "delegate"})
 		switch {
-		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest):
+		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
 		case err != nil:
 			return worker.Admission{}, err
