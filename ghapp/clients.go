@@ -128,9 +128,22 @@ type Client struct {
 	*github.Client
 	// Auth says where the credentials came from (Auth.From).
 	From string
+	// AppID is the App whose installation token the client uses (0 for a
+	// token).
+	AppID int64
 	// Installation is the App installation the token is of (0 for a
 	// token).
 	Installation int64
+
+	cr *credential
+}
+
+// Login is the login of the account the client writes as: the App's bot
+// ("<slug>[bot]", from GET /app) or the token's user (GET /user). It is
+// asked once per credential and worker. A probe reads it to tell its
+// own writes from anyone else's that carry the same marker.
+func (c *Client) Login(ctx context.Context) (string, error) {
+	return c.cr.login(ctx)
 }
 
 // For returns a client for target with the credentials s resolves to (see
@@ -144,13 +157,25 @@ func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, 
 	}
 	if auth.Token != "" {
 		cr := c.credential("token\x00"+auth.BaseURL+"\x00"+digest([]byte(auth.Token)), func() *credential {
-			return &credential{rt: bearer{token: auth.Token, next: c.opts.Transport}}
+			cr := &credential{rt: bearer{token: auth.Token, next: c.opts.Transport}}
+			cr.whoami = func(ctx context.Context) (string, error) {
+				gc, err := c.client(auth.BaseURL, cr)
+				if err != nil {
+					return "", err
+				}
+				u, _, err := gc.Users.Get(ctx, "")
+				if err != nil {
+					return "", fmt.Errorf("github: user of %s: %w", auth.From, err)
+				}
+				return u.GetLogin(), nil
+			}
+			return cr
 		})
 		gc, err := c.client(auth.BaseURL, cr)
 		if err != nil {
 			return nil, err
 		}
-		return &Client{Client: gc, From: auth.From}, nil
+		return &Client{Client: gc, From: auth.From, cr: cr}, nil
 	}
 	inst := target.Installation
 	if inst == 0 {
@@ -167,7 +192,20 @@ func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, 
 		}
 		tr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
 		tr.Client = &http.Client{Transport: exchangeCounter{next: c.opts.Transport, c: c, inst: inst}, Timeout: c.opts.Timeout}
-		return &credential{rt: tr, installation: true}
+		return &credential{rt: tr, installation: true, whoami: func(ctx context.Context) (string, error) {
+			gc, err := c.appClient(auth)
+			if err != nil {
+				return "", err
+			}
+			app, _, err := gc.Apps.Get(ctx, "")
+			if err != nil {
+				return "", fmt.Errorf("github: app %d (%s): %w", auth.AppID, auth.From, err)
+			}
+			if app.GetSlug() == "" {
+				return "", fmt.Errorf("github: app %d (%s): GitHub named no slug", auth.AppID, auth.From)
+			}
+			return app.GetSlug() + "[bot]", nil
+		}}
 	})
 	if cr == nil {
 		return nil, buildErr
@@ -176,7 +214,7 @@ func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, 
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Client: gc, From: auth.From, Installation: inst}, nil
+	return &Client{Client: gc, From: auth.From, AppID: auth.AppID, Installation: inst, cr: cr}, nil
 }
 
 // credential returns the credential under key, building it once.
@@ -224,6 +262,25 @@ type credential struct {
 	// installation marks an App installation's token, which GitHub may
 	// refuse before it expires by our clock.
 	installation bool
+
+	// whoami asks GitHub who writes with the credential; who is its
+	// answer, asked once at a time under whoMu.
+	whoami func(context.Context) (string, error)
+	whoMu  sync.Mutex
+	who    string
+}
+
+func (cr *credential) login(ctx context.Context) (string, error) {
+	cr.whoMu.Lock()
+	defer cr.whoMu.Unlock()
+	if cr.who == "" {
+		who, err := cr.whoami(ctx)
+		if err != nil {
+			return "", err
+		}
+		cr.who = who
+	}
+	return cr.who, nil
 }
 
 func appKey(a Auth) string {
@@ -263,15 +320,9 @@ func (c *Clients) repoInstallation(ctx context.Context, auth Auth, repo string) 
 	if ri.id != 0 && time.Since(ri.fetched) < c.opts.InstallationTTL {
 		return ri.id, nil
 	}
-	atr, err := ghinstallation.NewAppsTransport(c.opts.Transport, auth.AppID, auth.PrivateKey)
+	gc, err := c.appClient(auth)
 	if err != nil {
-		return 0, fmt.Errorf("github: %s: %w", auth.From, err)
-	}
-	atr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
-	base := auth.BaseURL
-	gc, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: c.opts.Timeout}), github.WithURLs(&base, &base), github.WithUserAgent("jetloop"))
-	if err != nil {
-		return 0, fmt.Errorf("github: client for %s: %w", base, err)
+		return 0, err
 	}
 	inst, _, err := gc.Apps.GetRepositoryInstallation(ctx, owner, name)
 	if err != nil {
@@ -279,6 +330,22 @@ func (c *Clients) repoInstallation(ctx context.Context, auth Auth, repo string) 
 	}
 	ri.id, ri.fetched = inst.GetID(), time.Now()
 	return ri.id, nil
+}
+
+// appClient is a client that authenticates as the App itself, with its
+// JWT.
+func (c *Clients) appClient(auth Auth) (*github.Client, error) {
+	atr, err := ghinstallation.NewAppsTransport(c.opts.Transport, auth.AppID, auth.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("github: %s: %w", auth.From, err)
+	}
+	atr.BaseURL = strings.TrimSuffix(auth.BaseURL, "/")
+	base := auth.BaseURL
+	gc, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: c.opts.Timeout}), github.WithURLs(&base, &base), github.WithUserAgent("jetloop"))
+	if err != nil {
+		return nil, fmt.Errorf("github: client for %s: %w", base, err)
+	}
+	return gc, nil
 }
 
 // bearer authenticates with a token.

@@ -19,7 +19,10 @@
 // retried in the transport, so a rate limit costs the run neither a turn
 // nor a token; a wait longer than MaxRateLimitWait, or past the call's
 // deadline, fails the request at once with a *RateLimitError naming the
-// reset time.
+// reset time. Client.Login says who a credential writes as (the App's
+// bot, from GET /app, or the token's user, from GET /user), asked once
+// per credential, so a probe can tell the tool's own writes from others'
+// that carry the same marker.
 //
 // It does not define tools (tools/ does, with this package's clients) or
 // decide when a call may run again after a crash (the worker does, asking

@@ -153,6 +153,17 @@ func lookAfter(ctx context.Context, tool string, err error, call Call, p Prober)
 	return Result{IsError: true, Content: fmt.Sprintf("%s: %v; GitHub holds nothing with this call's marker", tool, err)}, nil
 }
 
+// ours reports whether u is the account c writes as. Anyone who can
+// comment can write a marker (a call id is no secret: a model's, or the
+// runtime's call_<n>): only the tool's own writes say the call ran.
+func ours(ctx context.Context, c *ghapp.Client, u *github.User) (bool, error) {
+	login, err := c.Login(ctx)
+	if err != nil {
+		return false, fmt.Errorf("who writes as %s: %w", c.From, err)
+	}
+	return strings.EqualFold(u.GetLogin(), login), nil
+}
+
 // withMarker appends the call's marker to a body.
 func withMarker(body string, call Call) string {
 	if body == "" {
@@ -222,7 +233,7 @@ func commentResult(tg target, cm *github.IssueComment) Result {
 }
 
 // Probe looks for a comment carrying the call's marker among those made
-// on the issue since the call's intent.
+// on the issue since the call's intent by the account the tool writes as.
 func (t *ghComment) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	var a commentArgs
 	if err := decodeArgs("github_comment", call.Args, &a); err != nil {
@@ -247,8 +258,11 @@ func (t *ghComment) Probe(ctx context.Context, call Call) (Result, bool, error) 
 		if err != nil {
 			return Result{}, false, fmt.Errorf("list comments of %s#%d: %w", tg.repo, tg.number, err)
 		}
-		if strings.Contains(cm.GetBody(), marker) {
-			return commentResult(tg, cm), true, nil
+		if !strings.Contains(cm.GetBody(), marker) {
+			continue
+		}
+		if mine, err := ours(ctx, c, cm.GetUser()); err != nil || mine {
+			return commentResult(tg, cm), mine, err
 		}
 	}
 	return Result{}, false, nil
@@ -347,7 +361,8 @@ func reviewResult(tg target, rv *github.PullRequestReview) Result {
 	return Result{Content: fmt.Sprintf("posted review %d (%s) on %s#%d: %s", rv.GetID(), rv.GetState(), tg.repo, tg.number, rv.GetHTMLURL())}
 }
 
-// Probe looks for a review carrying the call's marker on the pull request.
+// Probe looks for a review carrying the call's marker on the pull request,
+// submitted since the call's intent by the account the tool writes as.
 func (t *ghReview) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	var a reviewArgs
 	if err := decodeArgs("github_review", call.Args, &a); err != nil {
@@ -362,12 +377,19 @@ func (t *ghReview) Probe(ctx context.Context, call Call) (Result, bool, error) {
 		return Result{}, false, err
 	}
 	marker := MarkerComment(call)
+	var since time.Time
+	if !call.Started.IsZero() {
+		since = call.Started.Add(-t.g.cfg.ProbeSkew)
+	}
 	for rv, err := range c.PullRequests.ListReviewsIter(ctx, tg.owner, tg.name, tg.number, &github.ListOptions{PerPage: 100}) {
 		if err != nil {
 			return Result{}, false, fmt.Errorf("list reviews of %s#%d: %w", tg.repo, tg.number, err)
 		}
-		if strings.Contains(rv.GetBody(), marker) {
-			return reviewResult(tg, rv), true, nil
+		if !strings.Contains(rv.GetBody(), marker) || rv.GetSubmittedAt().Before(since) {
+			continue
+		}
+		if mine, err := ours(ctx, c, rv.GetUser()); err != nil || mine {
+			return reviewResult(tg, rv), mine, err
 		}
 	}
 	return Result{}, false, nil
@@ -502,8 +524,9 @@ func checkResult(verb string, tg target, cr *github.CheckRun) Result {
 	return Result{Content: fmt.Sprintf("%s check run %d %q (%s) on %s@%s: %s", verb, cr.GetID(), cr.GetName(), state, tg.repo, cr.GetHeadSHA(), cr.GetHTMLURL())}
 }
 
-// Probe looks for a check run whose external_id is the call's marker. An
-// update is not looked for: made again, it sets the same fields.
+// Probe looks for a check run whose external_id is the call's marker,
+// created by the App the tool writes as. An update is not looked for:
+// made again, it sets the same fields.
 func (t *ghCheck) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	var a checkArgs
 	if err := decodeArgs("github_check", call.Args, &a); err != nil {
@@ -529,7 +552,8 @@ func (t *ghCheck) Probe(ctx context.Context, call Call) (Result, bool, error) {
 		if err != nil {
 			return Result{}, false, fmt.Errorf("list check runs of %s@%s: %w", tg.repo, a.HeadSHA, err)
 		}
-		if cr.GetExternalID() == marker {
+		// Only Apps create check runs; another App's is not the call's.
+		if cr.GetExternalID() == marker && (c.AppID == 0 || cr.GetApp().GetID() == c.AppID) {
 			return checkResult("created", tg, cr), true, nil
 		}
 	}

@@ -257,3 +257,56 @@ func TestGitHubAnswerLostAfterTheWrite(t *testing.T) {
 		})
 	}
 }
+
+// A marker is no secret (a call id is the model's, or the runtime's
+// call_<n>): a comment or review by someone else carrying the marker of a
+// call that never ran, or another App's check run with it as external_id,
+// is not the call's effect, and its probe says not found, so the call is
+// made once rather than settled with a write it never made.
+func TestGitHubProbeReadsOnlyItsOwnWrites(t *testing.T) {
+	e := newGHEnv(t, nil)
+	const repo = "Codertocat/Hello-World"
+	c := e.call("call_3", `{"body": "x"}`)
+	e.fake.AddComment(repo, 2, "mallory", "quoting: "+tools.MarkerComment(c))
+	if _, found := probe(t, e.reg, "github_comment", c); found {
+		t.Fatal("a comment by someone else settled the call")
+	}
+	rc := e.call("call_4", `{"event": "COMMENT", "body": "x"}`)
+	e.fake.AddReview(repo, 2, "mallory", tools.MarkerComment(rc))
+	if _, found := probe(t, e.reg, "github_review", rc); found {
+		t.Fatal("a review by someone else settled the call")
+	}
+	kc := e.call("call_5", `{"name": "jetloop", "summary": "x"}`)
+	e.fake.AddCheckRun(repo, "jetloop", sha, tools.Marker(kc), 77)
+	if _, found := probe(t, e.reg, "github_check", kc); found {
+		t.Fatal("another App's check run settled the call")
+	}
+	// The tool's own writes are found, past the others'.
+	for _, w := range []struct{ tool string }{{"github_comment"}, {"github_review"}, {"github_check"}} {
+		call := map[string]tools.Call{"github_comment": c, "github_review": rc, "github_check": kc}[w.tool]
+		res := run(t, e.reg, w.tool, call)
+		if got, found := probe(t, e.reg, w.tool, call); !found || got.Content != res.Content {
+			t.Fatalf("%s: probe found %v %q, want %q", w.tool, found, got.Content, res.Content)
+		}
+	}
+}
+
+// With a token the tool writes as the token's user (GET /user): its own
+// comment is found, someone else's with the marker is not.
+func TestGitHubProbeWithAToken(t *testing.T) {
+	e := newGHEnv(t, map[string]string{"TOK": "ghp_probe"})
+	e.fake.AddToken("ghp_probe")
+	e.set = ghapp.Settings{TokenEnv: "TOK", BaseURL: e.fake.URL()}
+	c := e.call("call_1", `{"body": "x"}`)
+	e.fake.AddComment("Codertocat/Hello-World", 2, "mallory", tools.MarkerComment(c))
+	if _, found := probe(t, e.reg, "github_comment", c); found {
+		t.Fatal("a comment by someone else settled the call")
+	}
+	res := run(t, e.reg, "github_comment", c)
+	if got, found := probe(t, e.reg, "github_comment", c); !found || got.Content != res.Content {
+		t.Fatalf("probe found %v %q, want %q", found, got.Content, res.Content)
+	}
+	if cs := e.fake.Comments("Codertocat/Hello-World", 2); cs[len(cs)-1].Author != ghfake.TokenLogin {
+		t.Fatalf("posted as %q", cs[len(cs)-1].Author)
+	}
+}

@@ -27,6 +27,16 @@ import (
 // AppID is the fake App's id.
 const AppID = 4242
 
+// Who writes: AppSlug is the fake App's slug (GET /app), BotLogin the
+// login of its bot account, which writes with an installation token, and
+// TokenLogin the login of the user every personal access token is of
+// (GET /user).
+const (
+	AppSlug    = "jetloop-fake"
+	BotLogin   = AppSlug + "[bot]"
+	TokenLogin = "jetloop-user"
+)
+
 // Server is the fake GitHub API. Its methods are safe for concurrent use.
 type Server struct {
 	srv *httptest.Server
@@ -71,6 +81,8 @@ type Comment struct {
 	Created time.Time
 	// Installation is the installation whose token posted it (0: a token).
 	Installation int64
+	// Author is the login that wrote it.
+	Author string
 }
 
 // Review is a pull request review as posted.
@@ -82,6 +94,8 @@ type Review struct {
 	State    string
 	Comments []json.RawMessage
 	Created  time.Time
+	// Author is the login that wrote it.
+	Author string
 }
 
 // CheckRun is a check run as created and last updated.
@@ -99,6 +113,8 @@ type CheckRun struct {
 	Started    time.Time
 	Completed  time.Time
 	Updates    int
+	// AppID is the App that created it.
+	AppID int64
 }
 
 // New starts the fake on loopback; it is closed by t.Cleanup.
@@ -193,6 +209,41 @@ func (s *Server) LimitSecondary(n, status int, retryAfter time.Duration) {
 	for range n {
 		s.limited = append(s.limited, limit{status: status, retryAfter: retryAfter})
 	}
+}
+
+// AddComment stores a comment by author on repo#number, as if someone
+// else had written it, and returns it.
+func (s *Server) AddComment(repo string, number int, author, body string) Comment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	c := Comment{ID: s.nextID, Repo: repo, Number: number, Body: body, Created: s.now(), Author: author}
+	s.comments = append(s.comments, c)
+	return c
+}
+
+// AddReview stores a review by author on repo#number, as if someone else
+// had written it, and returns it.
+func (s *Server) AddReview(repo string, number int, author, body string) Review {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	rv := Review{ID: s.nextID, Repo: repo, Number: number, Body: body, State: "COMMENTED", Created: s.now(), Author: author}
+	s.reviews = append(s.reviews, rv)
+	return rv
+}
+
+// AddCheckRun stores a completed check run of another App (appID) on
+// repo's commit sha, and returns it.
+func (s *Server) AddCheckRun(repo, name, sha, externalID string, appID int64) CheckRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	now := s.now()
+	c := CheckRun{ID: s.nextID, Repo: repo, Name: name, HeadSHA: sha, ExternalID: externalID, Status: "completed",
+		Conclusion: "success", Started: now, Completed: now, AppID: appID}
+	s.checks = append(s.checks, c)
+	return c
 }
 
 // OnCreate calls f after a comment, review or check run ("comment",
@@ -298,6 +349,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.exchange(w, parts[2])
 		return
 	}
+	if len(parts) == 1 && parts[0] == "app" && r.Method == http.MethodGet {
+		if msg := s.verifyJWT(r); msg != "" {
+			fail(w, http.StatusUnauthorized, msg)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": AppID, "slug": AppSlug, "node_id": "A_4242", "name": "jetloop fake",
+			"owner": map[string]any{"login": "jetloop", "type": "Organization"}, "html_url": "https://github.com/apps/" + AppSlug})
+		return
+	}
 	if len(parts) == 4 && parts[0] == "repos" && parts[3] == "installation" && r.Method == http.MethodGet {
 		if msg := s.verifyJWT(r); msg != "" {
 			fail(w, http.StatusUnauthorized, msg)
@@ -315,6 +375,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.rateHeaders(w, 4999)
+	if len(parts) == 1 && parts[0] == "user" && r.Method == http.MethodGet {
+		if !c.pat {
+			fail(w, http.StatusForbidden, "Resource not accessible by integration")
+			return
+		}
+		writeJSON(w, http.StatusOK, userJSON(TokenLogin))
+		return
+	}
 	if len(parts) < 4 || parts[0] != "repos" {
 		fail(w, http.StatusNotFound, "Not Found")
 		return
@@ -346,7 +414,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Method == http.MethodPost {
-			s.createReview(w, r, repo, n)
+			s.createReview(w, r, c, repo, n)
 		} else {
 			s.listReviews(w, r, repo, n)
 		}
@@ -539,9 +607,22 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (s *Server) user() map[string]any {
-	return map[string]any{"login": "jetloop-fake[bot]", "id": 99, "type": "Bot", "node_id": "BOT_99",
-		"html_url": "https://github.com/apps/jetloop-fake"}
+// login is who writes with the caller's token.
+func (c caller) login() string {
+	if c.pat {
+		return TokenLogin
+	}
+	return BotLogin
+}
+
+// userJSON is the user object of login: a bot's when it ends in [bot].
+func userJSON(login string) map[string]any {
+	if strings.HasSuffix(login, "[bot]") {
+		return map[string]any{"login": login, "id": 99, "type": "Bot", "node_id": "BOT_99",
+			"html_url": "https://github.com/apps/" + strings.TrimSuffix(login, "[bot]")}
+	}
+	return map[string]any{"login": login, "id": 1000 + len(login), "type": "User", "node_id": "U_" + login,
+		"html_url": "https://github.com/" + login}
 }
 
 func (s *Server) commentJSON(c Comment) map[string]any {
@@ -551,7 +632,7 @@ func (s *Server) commentJSON(c Comment) map[string]any {
 		"url":       fmt.Sprintf("%s/repos/%s/issues/comments/%d", s.srv.URL, c.Repo, c.ID),
 		"html_url":  fmt.Sprintf("https://github.com/%s/issues/%d#issuecomment-%d", c.Repo, c.Number, c.ID),
 		"issue_url": fmt.Sprintf("%s/repos/%s/issues/%d", s.srv.URL, c.Repo, c.Number),
-		"body":      c.Body, "user": s.user(), "created_at": ts, "updated_at": ts,
+		"body":      c.Body, "user": userJSON(c.Author), "created_at": ts, "updated_at": ts,
 		"author_association": "NONE",
 	}
 }
@@ -573,7 +654,7 @@ func (s *Server) createComment(w http.ResponseWriter, r *http.Request, c caller,
 	}
 	s.mu.Lock()
 	s.nextID++
-	cm := Comment{ID: s.nextID, Repo: repo, Number: n, Body: *in.Body, Created: s.now(), Installation: c.installation}
+	cm := Comment{ID: s.nextID, Repo: repo, Number: n, Body: *in.Body, Created: s.now(), Installation: c.installation, Author: c.login()}
 	s.comments = append(s.comments, cm)
 	s.mu.Unlock()
 	s.created("comment", cm.ID)
@@ -643,7 +724,7 @@ var reviewStates = map[string]string{"APPROVE": "APPROVED", "REQUEST_CHANGES": "
 
 func (s *Server) reviewJSON(rv Review) map[string]any {
 	return map[string]any{
-		"id": rv.ID, "node_id": fmt.Sprintf("PRR_%d", rv.ID), "user": s.user(), "body": rv.Body, "state": rv.State,
+		"id": rv.ID, "node_id": fmt.Sprintf("PRR_%d", rv.ID), "user": userJSON(rv.Author), "body": rv.Body, "state": rv.State,
 		"html_url":           fmt.Sprintf("https://github.com/%s/pull/%d#pullrequestreview-%d", rv.Repo, rv.Number, rv.ID),
 		"pull_request_url":   fmt.Sprintf("%s/repos/%s/pulls/%d", s.srv.URL, rv.Repo, rv.Number),
 		"submitted_at":       rv.Created.UTC().Format(time.RFC3339),
@@ -652,7 +733,7 @@ func (s *Server) reviewJSON(rv Review) map[string]any {
 	}
 }
 
-func (s *Server) createReview(w http.ResponseWriter, r *http.Request, repo string, n int) {
+func (s *Server) createReview(w http.ResponseWriter, r *http.Request, c caller, repo string, n int) {
 	var in struct {
 		Body     string            `json:"body"`
 		Event    string            `json:"event"`
@@ -684,7 +765,7 @@ func (s *Server) createReview(w http.ResponseWriter, r *http.Request, repo strin
 	}
 	s.mu.Lock()
 	s.nextID++
-	rv := Review{ID: s.nextID, Repo: repo, Number: n, Body: in.Body, State: state, Comments: in.Comments, Created: s.now()}
+	rv := Review{ID: s.nextID, Repo: repo, Number: n, Body: in.Body, State: state, Comments: in.Comments, Created: s.now(), Author: c.login()}
 	s.reviews = append(s.reviews, rv)
 	s.mu.Unlock()
 	s.created("review", rv.ID)
@@ -773,7 +854,7 @@ func (s *Server) checkJSON(c CheckRun) map[string]any {
 		"started_at": c.Started.UTC().Format(time.RFC3339), "completed_at": completed,
 		"output": map[string]any{"title": c.Title, "summary": c.Summary, "text": c.Text, "annotations_count": 0,
 			"annotations_url": fmt.Sprintf("%s/repos/%s/check-runs/%d/annotations", s.srv.URL, c.Repo, c.ID)},
-		"app": map[string]any{"id": AppID, "slug": "jetloop-fake", "name": "jetloop fake"},
+		"app": map[string]any{"id": c.AppID, "slug": appSlug(c.AppID), "name": appSlug(c.AppID)},
 	}
 }
 
@@ -786,7 +867,7 @@ func (s *Server) createCheck(w http.ResponseWriter, r *http.Request, repo string
 		fail(w, http.StatusUnprocessableEntity, "Validation Failed", fieldError{Resource: "CheckRun", Code: "missing_field", Field: "name and head_sha"})
 		return
 	}
-	c := CheckRun{Repo: repo, HeadSHA: *in.HeadSHA, Status: "queued", Started: s.clock()}
+	c := CheckRun{Repo: repo, HeadSHA: *in.HeadSHA, Status: "queued", Started: s.clock(), AppID: AppID}
 	if !s.applyCheck(w, &c, in) {
 		return
 	}
@@ -911,4 +992,11 @@ func (s *Server) SetClock(now func() time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.now = now
+}
+
+func appSlug(id int64) string {
+	if id == AppID {
+		return AppSlug
+	}
+	return fmt.Sprintf("app-%d", id)
 }
