@@ -120,11 +120,8 @@ func failure(ctx context.Context, tool string, err error) (Result, error) {
 // A 4xx, a rate limit and a request never sent made nothing.
 func unanswered(err error) bool {
 	var er *github.ErrorResponse
-	var rl *github.RateLimitError
-	var abuse *github.AbuseRateLimitError
-	var ours *ghapp.RateLimitError
 	switch {
-	case errors.As(err, &rl), errors.As(err, &abuse), errors.As(err, &ours):
+	case rateLimited(err):
 		return false
 	case errors.As(err, &er):
 		return er.Response == nil || er.Response.StatusCode >= 500
@@ -151,6 +148,23 @@ func lookAfter(ctx context.Context, tool string, err error, call Call, p Prober)
 		return res, nil
 	}
 	return Result{IsError: true, Content: fmt.Sprintf("%s: %v; GitHub holds nothing with this call's marker", tool, err)}, nil
+}
+
+// rateLimited reports whether err is a rate limit of GitHub's (or one
+// the clients hold requests back for).
+func rateLimited(err error) bool {
+	var rl *github.RateLimitError
+	var abuse *github.AbuseRateLimitError
+	var ours *ghapp.RateLimitError
+	return errors.As(err, &rl) || errors.As(err, &abuse) || errors.As(err, &ours)
+}
+
+// probeFailed is a probe's error: ErrProbeLater with a rate limit.
+func probeFailed(err error) error {
+	if rateLimited(err) {
+		return fmt.Errorf("%w: %w", ErrProbeLater, err)
+	}
+	return err
 }
 
 // ours reports whether u is the account c writes as. Anyone who can
@@ -246,7 +260,7 @@ func (t *ghComment) Probe(ctx context.Context, call Call) (Result, bool, error) 
 	}
 	c, err := t.g.client(ctx, call, tg)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, false, probeFailed(err)
 	}
 	marker := MarkerComment(call)
 	opts := &github.IssueListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100}}
@@ -256,13 +270,13 @@ func (t *ghComment) Probe(ctx context.Context, call Call) (Result, bool, error) 
 	}
 	for cm, err := range c.Issues.ListCommentsIter(ctx, tg.owner, tg.name, tg.number, opts) {
 		if err != nil {
-			return Result{}, false, fmt.Errorf("list comments of %s#%d: %w", tg.repo, tg.number, err)
+			return Result{}, false, probeFailed(fmt.Errorf("list comments of %s#%d: %w", tg.repo, tg.number, err))
 		}
 		if !strings.Contains(cm.GetBody(), marker) {
 			continue
 		}
 		if mine, err := ours(ctx, c, cm.GetUser()); err != nil || mine {
-			return commentResult(tg, cm), mine, err
+			return commentResult(tg, cm), mine, probeFailed(err)
 		}
 	}
 	return Result{}, false, nil
@@ -374,7 +388,7 @@ func (t *ghReview) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	}
 	c, err := t.g.client(ctx, call, tg)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, false, probeFailed(err)
 	}
 	marker := MarkerComment(call)
 	var since time.Time
@@ -383,13 +397,13 @@ func (t *ghReview) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	}
 	for rv, err := range c.PullRequests.ListReviewsIter(ctx, tg.owner, tg.name, tg.number, &github.ListOptions{PerPage: 100}) {
 		if err != nil {
-			return Result{}, false, fmt.Errorf("list reviews of %s#%d: %w", tg.repo, tg.number, err)
+			return Result{}, false, probeFailed(fmt.Errorf("list reviews of %s#%d: %w", tg.repo, tg.number, err))
 		}
 		if !strings.Contains(rv.GetBody(), marker) || rv.GetSubmittedAt().Before(since) {
 			continue
 		}
 		if mine, err := ours(ctx, c, rv.GetUser()); err != nil || mine {
-			return reviewResult(tg, rv), mine, err
+			return reviewResult(tg, rv), mine, probeFailed(err)
 		}
 	}
 	return Result{}, false, nil
@@ -544,13 +558,13 @@ func (t *ghCheck) Probe(ctx context.Context, call Call) (Result, bool, error) {
 	}
 	c, err := t.g.client(ctx, call, tg)
 	if err != nil {
-		return Result{}, false, err
+		return Result{}, false, probeFailed(err)
 	}
 	marker := Marker(call)
 	opts := &github.ListCheckRunsOptions{CheckName: github.Ptr(a.Name), Filter: github.Ptr("all"), ListOptions: github.ListOptions{PerPage: 100}}
 	for cr, err := range c.Checks.ListCheckRunsForRefIter(ctx, tg.owner, tg.name, a.HeadSHA, opts) {
 		if err != nil {
-			return Result{}, false, fmt.Errorf("list check runs of %s@%s: %w", tg.repo, a.HeadSHA, err)
+			return Result{}, false, probeFailed(fmt.Errorf("list check runs of %s@%s: %w", tg.repo, a.HeadSHA, err))
 		}
 		// Only Apps create check runs; another App's is not the call's.
 		if cr.GetExternalID() == marker && (c.AppID == 0 || cr.GetApp().GetID() == c.AppID) {

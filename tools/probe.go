@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"strings"
 )
 
@@ -29,10 +30,19 @@ type Prober interface {
 	// Probe looks for the effect of call, made earlier under the same id
 	// and arguments no sooner than call.Started. found reports whether it
 	// happened, with the Result the call would have answered. An error
-	// means the lookup could not be made (recovery tries again later);
-	// it is never "not found".
+	// means the lookup could not be made (recovery tries again later,
+	// counting an attempt unless the error wraps ErrProbeLater); it is
+	// never "not found". A probe should also count only the effects the
+	// tool made itself (its own account's), since anyone may copy a
+	// marker.
 	Probe(ctx context.Context, call Call) (res Result, found bool, err error)
 }
+
+// ErrProbeLater marks a probe's error that says the lookup can be made
+// later, not now: the service's rate limit holds it back. Recovery asks
+// again without counting an attempt, so a limit never ends a call as "may
+// or may not have run" when a lookup after the reset could settle it.
+var ErrProbeLater = errors.New("the lookup waits for a rate limit")
 
 // ClassOf is the replay class t declares: safe when Spec.ReplaySafe,
 // probe when it implements Prober, else unsafe.

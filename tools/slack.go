@@ -135,7 +135,11 @@ func (s *slackReply) Probe(ctx context.Context, call Call) (Result, bool, error)
 	for pages := 0; pages < 100; pages++ {
 		msgs, more, next, err := s.api.GetConversationRepliesContext(ctx, params)
 		if err != nil {
-			return Result{}, false, fmt.Errorf("conversations.replies of %s thread %s: %w", ch, ts, err)
+			err = fmt.Errorf("conversations.replies of %s thread %s: %w", ch, ts, err)
+			if rl := (*slack.RateLimitedError)(nil); errors.As(err, &rl) {
+				err = fmt.Errorf("%w: %w", ErrProbeLater, err)
+			}
+			return Result{}, false, err
 		}
 		for _, m := range msgs {
 			if m.Metadata.EventType == slackMetadataType && m.Metadata.EventPayload["marker"] == marker {

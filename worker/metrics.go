@@ -70,7 +70,7 @@ func NewMetrics() *Metrics {
 		}, []string{"agent", "version", "kind"}),
 		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "recoveries_total",
-			Help: "Steps found with an intent and no settlement, by kind (model, tool, compact) and the action of the recovery table (adopt, remake, rerun, synthetic; a probe by its outcome: probe_found, probe_not_found, probe_failed).",
+			Help: "Steps found with an intent and no settlement, by kind (model, tool, compact) and the action of the recovery table (adopt, remake, rerun, synthetic; a probe by its outcome: probe_found, probe_not_found, probe_failed, probe_later: held back by a rate limit, no attempt counted).",
 		}, []string{"kind", "action"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "fenced_total",

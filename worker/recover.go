@@ -47,7 +47,7 @@ func (s *session) recover(ctx context.Context) error {
 	s.log.Warn("recovering step with an intent and no settlement", "step", p.Step, "kind", p.Kind, "tool", p.Tool, "call", p.CallID, "attempt", p.Attempt, "previous_owner", p.Owner, "action", act)
 	if act != record.Probe {
 		// A probe counts its outcome (probe_found, probe_not_found,
-		// probe_failed).
+		// probe_failed, probe_later).
 		s.w.m.recoveries.WithLabelValues(string(p.Kind), string(act)).Inc()
 	}
 	if p.Kind == record.StepModel && p.Compaction != nil {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,6 +109,11 @@ func (s *session) replyStep(ctx context.Context, in record.Intent, recovering bo
 		next.Pending.Attempt++
 		next.Pending.Owner = s.w.cfg.ID
 		switch {
+		case errors.Is(perr, tools.ErrProbeLater):
+			// A rate limit holds the lookup back: it costs no attempt.
+			s.w.m.recoveries.WithLabelValues(string(record.StepReply), "probe_later").Inc()
+			s.log.Warn("probe of an interrupted post waits for a rate limit; trying again later", "call", in.CallID, "err", perr)
+			return fmt.Errorf("worker: probe %s post %s: %w", what(in), in.CallID, perr)
 		case perr != nil:
 			s.w.m.recoveries.WithLabelValues(string(record.StepReply), "probe_failed").Inc()
 			s.log.Warn("probe of an interrupted answer post failed; trying again later", "call", in.CallID, "err", perr)

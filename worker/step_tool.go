@@ -159,6 +159,12 @@ func (s *session) probeTool(ctx context.Context, call record.CallRef, p record.I
 		return context.Cause(ctx)
 	}
 	switch {
+	case errors.Is(perr, tools.ErrProbeLater):
+		// A rate limit holds the lookup back: asked again later, it can
+		// answer, so it costs no attempt.
+		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_later").Inc()
+		s.log.Warn("probe of an interrupted call waits for a rate limit; trying again later", "tool", call.Name, "call", call.ID, "err", perr)
+		return fmt.Errorf("worker: probe %s call %s of %s: %w", call.Name, call.ID, s.r.ref, perr)
 	case perr != nil:
 		s.w.m.recoveries.WithLabelValues(string(record.StepTool), "probe_failed").Inc()
 		s.log.Warn("probe of an interrupted call failed; trying again later", "tool", call.Name, "call", call.ID, "attempt", p.Attempt, "err", perr)
