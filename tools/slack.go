@@ -13,7 +13,8 @@ import (
 // EnvSlackBotToken is the environment variable of the Slack bot token.
 const EnvSlackBotToken = "JETLOOP_SLACK_BOT_TOKEN"
 
-// slackMaxText bounds a posted message, below Slack's 40,000 characters.
+// slackMaxText bounds a posted message in characters, below Slack's
+// 40,000.
 const slackMaxText = 39000
 
 // slackMetadataType is the event_type of the metadata each post carries.
@@ -93,10 +94,7 @@ func (s *slackReply) Call(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return Result{IsError: true, Content: err.Error()}, nil
 	}
-	text := a.Text
-	if len(text) > slackMaxText {
-		text = text[:slackMaxText] + "…"
-	}
+	text := cutChars(a.Text, slackMaxText)
 	opts := []slack.MsgOption{
 		slack.MsgOptionText(text, false),
 		slack.MsgOptionTS(ts),
@@ -152,4 +150,16 @@ func (s *slackReply) Probe(ctx context.Context, call Call) (Result, bool, error)
 		params.Cursor = next
 	}
 	return Result{}, false, fmt.Errorf("conversations.replies of %s thread %s: more than 100 pages", ch, ts)
+}
+
+// cutChars cuts s after max characters, marking the cut with an ellipsis.
+func cutChars(s string, max int) string {
+	n := 0
+	for i := range s {
+		if n == max {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
 }

@@ -3,9 +3,11 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/slackfake"
@@ -51,5 +53,31 @@ func TestSlackReplyAndProbe(t *testing.T) {
 	call.Thread = nil
 	if res, _ := p.Call(ctx, call); !res.IsError || !strings.Contains(res.Content, "no Slack thread") {
 		t.Fatalf("no thread: %+v", res)
+	}
+}
+
+// Slack's limit is in characters: a long answer of multi-byte characters
+// within it is posted whole, and one beyond it is cut at a character,
+// never inside one.
+func TestSlackReplyCutsAtACharacter(t *testing.T) {
+	fake := slackfake.New(t, "xoxb-ok")
+	p := tools.SlackReply(tools.SlackConfig{Token: "xoxb-ok", APIURL: fake.URL()})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, text := range []string{"a" + strings.Repeat("€", 15000), "a" + strings.Repeat("€", 45000)} {
+		args, _ := json.Marshal(tools.SlackArgs{Text: text})
+		call := tools.Call{ID: fmt.Sprintf("answer_%d", i), Agent: "demo", Session: "talk", Args: args,
+			Thread: &events.Thread{SlackChannel: "C1", SlackTS: "1.000100"}}
+		if res, err := p.Call(ctx, call); err != nil || res.IsError {
+			t.Fatalf("call: %+v %v", res, err)
+		}
+		msgs := fake.Messages("C1", "1.000100")
+		got := msgs[len(msgs)-1].Text
+		if !utf8.ValidString(got) {
+			t.Fatalf("text %d: posted invalid UTF-8", i)
+		}
+		if n := utf8.RuneCountInString(got); i == 0 && got != text || i == 1 && (n > 40000 || !strings.HasPrefix(text, strings.TrimSuffix(got, "…"))) {
+			t.Fatalf("text %d: posted %d characters of %d", i, n, utf8.RuneCountInString(text))
+		}
 	}
 }
