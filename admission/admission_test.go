@@ -26,7 +26,7 @@ type env struct {
 	names streams.Names
 }
 
-func setup(t *testing.T) env {
+func setup(t testing.TB) env {
 	t.Helper()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s.ClientURL())
@@ -36,7 +36,7 @@ func setup(t *testing.T) env {
 	return env{url: s.ClientURL(), js: js, names: streams.Default()}
 }
 
-func compile(t *testing.T, yaml string) *policies.Compiled {
+func compile(t testing.TB, yaml string) *policies.Compiled {
 	t.Helper()
 	c, err := policies.Parse(t.Name()+".yaml", []byte(yaml))
 	if err != nil {
@@ -45,7 +45,7 @@ func compile(t *testing.T, yaml string) *policies.Compiled {
 	return c
 }
 
-func newAdmitter(t *testing.T, e env, now func() time.Time, defs ...*policies.Compiled) *admission.Admitter {
+func newAdmitter(t testing.TB, e env, now func() time.Time, defs ...*policies.Compiled) *admission.Admitter {
 	t.Helper()
 	rules := admission.NewRules()
 	rules.Set(defs...)

@@ -200,6 +200,7 @@ func TestControlEndpoints(t *testing.T) {
 	h.putSession(t, session("asking", record.StatusBlocked, 1, "toolu_07", ""), nil)
 	h.putSession(t, session("done", record.StatusDone, 2, "", ""), nil)
 	h.putSession(t, session("cancelled", record.StatusCancelled, 1, "", ""), nil)
+	h.putSession(t, session("delegating", record.StatusWaiting, 2, "", ""), nil)
 	// A session whose first event waits in JL_IN for a worker.
 	if _, err := h.client.Send(ctx(t), api.SendRequest{Agent: "demo", Session: "queued", Text: "hello"}); err != nil {
 		t.Fatal(err)
@@ -234,6 +235,9 @@ func TestControlEndpoints(t *testing.T) {
 		{name: "approve of an ask_human", verb: control.Approve, req: api.ControlRequest{Session: "asking", CallID: "toolu_07"}, wantErr: api.ErrConflict, errText: "waits for an answer to call toolu_07"},
 		{name: "resume of a gated session", verb: control.Resume, req: api.ControlRequest{Session: "gated"}, wantErr: api.ErrConflict, errText: "approve or deny it"},
 		{name: "resume of a done session", verb: control.Resume, req: api.ControlRequest{Session: "done"}, wantErr: api.ErrConflict, errText: "nothing to resume"},
+		{name: "resume of a session waiting for its children", verb: control.Resume, req: api.ControlRequest{Session: "delegating"}, wantErr: api.ErrConflict, errText: "waits for the sessions it delegated to"},
+		{name: "interrupt of a session waiting for its children", verb: control.Interrupt, req: api.ControlRequest{Session: "delegating"}, wantErr: api.ErrConflict, errText: "the session is waiting, not working"},
+		{name: "cancel of a session waiting for its children", verb: control.Cancel, req: api.ControlRequest{Session: "delegating", Text: "enough"}},
 		{name: "interrupt of a resting session", verb: control.Interrupt, req: api.ControlRequest{Session: "done"}, wantErr: api.ErrConflict, errText: "not working"},
 		{name: "cancel of a cancelled session", verb: control.Cancel, req: api.ControlRequest{Session: "cancelled"}, wantErr: api.ErrConflict, errText: "already cancelled"},
 		{name: "steer of a cancelled session", verb: control.Steer, req: api.ControlRequest{Session: "cancelled", Text: "x"}, wantErr: api.ErrConflict, errText: "cancelled"},

@@ -146,7 +146,7 @@ func (s *Store) Get(ctx context.Context, ref streams.SessionRef) (Account, error
 
 func (s *Store) get(ctx context.Context, ref streams.SessionRef) (Account, uint64, error) {
 	e, err := s.kv.Get(ctx, s.names.LedgerKey(ref))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return Account{}, 0, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	if err != nil {
@@ -157,6 +157,15 @@ func (s *Store) get(ctx context.Context, ref streams.SessionRef) (Account, uint6
 		return Account{}, 0, fmt.Errorf("ledger: decode account of %s: %w", ref, err)
 	}
 	return a, e.Revision(), nil
+}
+
+// Delete removes ref's account, if it has one (retention, with the
+// session).
+func (s *Store) Delete(ctx context.Context, ref streams.SessionRef) error {
+	if err := s.kv.Purge(ctx, s.names.LedgerKey(ref)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("ledger: delete account of %s: %w", ref, err)
+	}
+	return nil
 }
 
 // OpenAccount opens the account of ref's run with its ceiling and the

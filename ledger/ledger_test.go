@@ -103,6 +103,19 @@ func TestAccountsBelongToOneRun(t *testing.T) {
 	if _, err := s.Report(ctx, r, "in:1", "child/x", ledger.Part{Usage: ledger.Usage{Turns: 1}, Step: 1}); !errors.Is(err, ledger.ErrOtherRun) {
 		t.Fatalf("late report of the earlier run: %v", err)
 	}
+	// Deleted with its session, it is gone, and a new one can open.
+	if err := s.Delete(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, r); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("deleted account: %v", err)
+	}
+	if err := s.Delete(ctx, r); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	if a, err := s.OpenAccount(ctx, r, "in:10", ledger.Ceiling{}, ledger.Part{Step: 1}); err != nil || a.Run != "in:10" {
+		t.Fatalf("open after delete: %+v, %v", a, err)
+	}
 }
 
 func TestCeilingLeft(t *testing.T) {

@@ -140,15 +140,13 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 	}
 	hops, maxHops := 1, s.maxHops()
 	var path []events.Hop
-	task := s.st.RunTask
-	if dl := s.st.Delegation; dl != nil {
+	if dl := s.st.Delegation; dl != nil && s.delegatedRun() {
 		hops = dl.Hops + 1
 		path = slices.Clone(dl.Path)
-		if s.delegatedRun() {
-			task = events.TaskDigest(dl.Task)
-		}
 	}
-	path = append(path, events.Hop{Session: s.r.ref.String(), Task: task, Run: run})
+	// The run's task: the task its parent gave, or the input that started
+	// it (RunTask, the cycle rule's view of both).
+	path = append(path, events.Hop{Session: s.r.ref.String(), Task: s.st.RunTask, Run: run})
 	data, err := json.Marshal(events.Delegation{
 		Parent: s.r.ref.String(), CallID: call.ID, Task: d.Task, Inputs: inputs, Budget: b,
 		Hops: hops, MaxHops: maxHops, Path: path,

@@ -115,7 +115,10 @@ func retainable(st record.State, pol policies.Retention) bool {
 	default:
 		return false
 	}
-	return st.Pending == nil && len(st.Calls) == 0 && len(st.Steers) == 0 && st.Queued == nil && st.Slot == nil
+	// A delegated session that has not answered, or a run that owes its
+	// children their cancels, is not done with.
+	return st.Pending == nil && len(st.Calls) == 0 && len(st.Steers) == 0 && st.Queued == nil && st.Slot == nil &&
+		len(st.Children) == 0 && !owesAnswer(st)
 }
 
 // restedAt is when a session came to rest: its last run's end, else its
@@ -246,6 +249,10 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 		}
 	}
 	_ = os.RemoveAll(workFolder(w.cfg.WorkDir, ref))
+	// Its delegation ledger account goes with it.
+	if err := w.ledger.Delete(ctx, ref); err != nil {
+		w.log.Warn("retention: delete the session's ledger account", "agent", ref.Agent, "session", ref.Session, "err", err)
+	}
 	// The lease last: until it goes, no worker takes the name.
 	if err := w.leases.kv.Purge(ctx, ls.key); err == nil {
 		released = true
