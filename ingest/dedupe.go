@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/tracing"
 )
 
@@ -40,6 +42,12 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
 			e := d.Event
+			if d.Digest == "" && d.Receiver != "github" && !strings.HasPrefix(e.Type(), events.GitHubType("", "")) {
+				// A sender that reuses an id (an Idempotency-Key, a
+				// CloudEvent's source and id) must mean the same request.
+				// GitHub's redeliveries are its own to judge.
+				d.Digest = requestDigest(e)
+			}
 			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))
 			ent, seen, err := store.Seen(ctx, e.Source(), e.ID())
 			span.SetAttributes(attribute.Bool("jetloop.duplicate", seen))
