@@ -138,10 +138,23 @@ type Client struct {
 	cr *credential
 }
 
+// ErrUnknownLogin reports a token GitHub names no user for (an App's
+// installation token given as github.token_env): who it writes as cannot
+// be asked.
+var ErrUnknownLogin = errors.New("the token's account cannot be asked")
+
+// rateLimitedErr reports go-github's rate-limit errors.
+func rateLimitedErr(err error) bool {
+	var rl *github.RateLimitError
+	var abuse *github.AbuseRateLimitError
+	return errors.As(err, &rl) || errors.As(err, &abuse)
+}
+
 // Login is the login of the account the client writes as: the App's bot
 // ("<slug>[bot]", from GET /app) or the token's user (GET /user). It is
 // asked once per credential and worker. A probe reads it to tell its
-// own writes from anyone else's that carry the same marker.
+// own writes from anyone else's that carry the same marker. It fails
+// with ErrUnknownLogin for a token that has no user.
 func (c *Client) Login(ctx context.Context) (string, error) {
 	return c.cr.login(ctx)
 }
@@ -164,6 +177,12 @@ func (c *Clients) For(ctx context.Context, s Settings, target Target) (*Client, 
 					return "", err
 				}
 				u, _, err := gc.Users.Get(ctx, "")
+				var er *github.ErrorResponse
+				if errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusForbidden && !rateLimitedErr(err) {
+					// An App's installation token given as a token: it has
+					// no user, and GitHub does not say which App it is.
+					return "", fmt.Errorf("github: %s: %w: GET /user answers %d", auth.From, ErrUnknownLogin, er.Response.StatusCode)
+				}
 				if err != nil {
 					return "", fmt.Errorf("github: user of %s: %w", auth.From, err)
 				}
@@ -268,19 +287,24 @@ type credential struct {
 	whoami func(context.Context) (string, error)
 	whoMu  sync.Mutex
 	who    string
+	whoErr error
 }
 
 func (cr *credential) login(ctx context.Context) (string, error) {
 	cr.whoMu.Lock()
 	defer cr.whoMu.Unlock()
-	if cr.who == "" {
+	if cr.who == "" && cr.whoErr == nil {
 		who, err := cr.whoami(ctx)
+		if errors.Is(err, ErrUnknownLogin) {
+			// It stays unknown: not asked again.
+			cr.whoErr = err
+		}
 		if err != nil {
 			return "", err
 		}
 		cr.who = who
 	}
-	return cr.who, nil
+	return cr.who, cr.whoErr
 }
 
 func appKey(a Auth) string {

@@ -170,8 +170,15 @@ func probeFailed(err error) error {
 // ours reports whether u is the account c writes as. Anyone who can
 // comment can write a marker (a call id is no secret: a model's, or the
 // runtime's call_<n>): only the tool's own writes say the call ran.
+//
+// A token with no user (an App's installation token given as a token)
+// cannot say whose account it is: then a bot's write is taken as the
+// tool's, which only another App installed on the repository could fake.
 func ours(ctx context.Context, c *ghapp.Client, u *github.User) (bool, error) {
 	login, err := c.Login(ctx)
+	if errors.Is(err, ghapp.ErrUnknownLogin) {
+		return u.GetType() == "Bot", nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("who writes as %s: %w", c.From, err)
 	}

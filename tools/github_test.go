@@ -310,3 +310,22 @@ func TestGitHubProbeWithAToken(t *testing.T) {
 		t.Fatalf("posted as %q", cs[len(cs)-1].Author)
 	}
 }
+
+// An App's installation token given as a token has no user (GET /user
+// answers 403): the probe then takes a bot's write with the marker as the
+// call's, and still no person's.
+func TestGitHubProbeWithAnInstallationToken(t *testing.T) {
+	env := map[string]string{}
+	e := newGHEnv(t, env)
+	env["TOK"] = e.fake.IssueToken(1)
+	e.set = ghapp.Settings{TokenEnv: "TOK", BaseURL: e.fake.URL()}
+	c := e.call("call_1", `{"body": "x"}`)
+	e.fake.AddComment("Codertocat/Hello-World", 2, "mallory", tools.MarkerComment(c))
+	if _, found := probe(t, e.reg, "github_comment", c); found {
+		t.Fatal("a comment by a person settled the call")
+	}
+	res := run(t, e.reg, "github_comment", c)
+	if got, found := probe(t, e.reg, "github_comment", c); !found || got.Content != res.Content {
+		t.Fatalf("probe found %v %q, want %q", found, got.Content, res.Content)
+	}
+}

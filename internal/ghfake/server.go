@@ -163,6 +163,17 @@ func (s *Server) AddToken(tok string) {
 	s.pats[tok] = true
 }
 
+// IssueToken issues an installation token of installation id, as an
+// exchange would, for a test that hands it out as a plain token.
+func (s *Server) IssueToken(id int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exchanges++
+	tok := fmt.Sprintf("ghs_fake%d_%d", id, s.exchanges)
+	s.tokens[tok] = token{installation: id, expires: s.now().Add(s.tokenTTL)}
+	return tok
+}
+
 // SetTokenTTL sets the lifetime of the installation tokens issued next.
 func (s *Server) SetTokenTTL(d time.Duration) {
 	s.mu.Lock()
