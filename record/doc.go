@@ -14,7 +14,9 @@
 // multi-key transaction, one round trip for the entries and one for the
 // state. An entry is part of the transcript only when a state's NextEntry
 // is past its id: readers ignore the others, and the next writer of such
-// an id replaces it. Recovery reads the state, looks up the ids its
+// an id replaces it, by a write the server stores only while the state is
+// still at the writer's revision (so a fenced writer can never change an
+// entry a successor's state names). Recovery reads the state, looks up the ids its
 // pending intent reserved (Stored) and acts by DESIGN §8's table
 // (Recovery). Atomic batches are used only where a multi-key write has no
 // reserved-id form: the entries a fork copies (WriteEntries).

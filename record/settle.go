@@ -31,9 +31,9 @@ const maxReplace = 8
 // other bytes while the state is still at rev, it is left over from a
 // writer that crashed or was fenced before its state write (no state
 // names it: the state is at rev and rev reserved the id), and it is
-// replaced, conditional on its revision; taken while the state has moved
-// on, this writer is fenced (ErrFenced), and nothing it writes is part of
-// any transcript.
+// replaced by a write the server stores only while the state is still at
+// rev; taken while the state has moved on, this writer is fenced
+// (ErrFenced), and nothing it writes is part of any transcript.
 func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
 	if len(entries) > 0 {
 		if err := s.createEntries(ctx, ref, entries, rev); err != nil {
@@ -172,50 +172,70 @@ func (s *Store) createOne(ctx context.Context, ref streams.SessionRef, id uint64
 // replace settles an entry id found taken: by the same bytes it is this
 // writer's; by others, it is replaced while the state is still at rev,
 // and the writer is fenced once the state has moved on.
+//
+// The replacement is conditional on the state, not on the entry: it
+// carries the state key as the subject of its expected last sequence, so
+// the server stores it only while the state is at rev. Conditional on the
+// entry's revision alone it would race a successor: read at rev, the state
+// may move on before the write (a successor's claim, then its settlement
+// adopting the very entry, which writes nothing), and the late write would
+// then change an entry a state names.
 func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, b []byte, rev uint64) error {
 	key := s.names.LogKey(ref, id)
+	delay := writeRetryFirst
 	for range maxReplace {
 		gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 		e, err := s.kv.Get(gctx, key)
 		cancel()
-		var erev uint64
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			// Deleted since (a tombstone): a create over it is
-			// conditional on the tombstone, like any replace.
+			// Deleted since (a tombstone), or a replica behind the write
+			// that took it: written below like any replacement.
 		case err != nil:
 			return fmt.Errorf("record: read taken entry %d of %s: %w", id, ref, err)
 		case bytes.Equal(e.Value(), b):
 			return nil
-		default:
-			erev = e.Revision()
 		}
 		st, srev, err := s.Load(ctx, ref)
 		if err != nil {
 			return err
 		}
-		if srev != rev || st.NextEntry > id {
+		switch {
+		case srev > rev || st.NextEntry > id:
 			return fmt.Errorf("record: entry %d of %s is taken and the state moved on from revision %d to %d: %w", id, ref, rev, srev, ErrFenced)
-		}
-		if s.Retried != nil {
-			s.Retried(ref, "entry_replaced", fmt.Errorf("entry %d taken by an entry no state names", id))
-		}
-		uctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
-		if erev == 0 {
-			_, err = s.kv.Create(uctx, key, b)
-		} else {
-			_, err = s.kv.Update(uctx, key, b, erev)
-		}
-		cancel()
-		if err == nil || !IsConflict(err) {
-			if err != nil {
+		case srev == rev:
+			if s.Retried != nil {
+				s.Retried(ref, "entry_replaced", fmt.Errorf("entry %d taken by an entry no state names", id))
+			}
+			uctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+			err = s.send(uctx, s.replaceMsg(ref, id, b, rev))
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if _, retry, _ := classifyWrite(err); !IsConflict(err) && !retry {
 				return fmt.Errorf("record: replace entry %d of %s: %w", id, ref, err)
 			}
-			return nil
+			// The state moved on (the next round says so), another
+			// conditional write was in flight, or no answer came (the
+			// next round finds the id taken by these bytes).
 		}
-		// Written again meanwhile: look again.
+		// Or the state was read from a replica behind revision rev.
+		if err := sleep(ctx, jitter(delay)); err != nil {
+			return fmt.Errorf("record: replace entry %d of %s: %w", id, ref, err)
+		}
+		delay = min(2*delay, writeRetryMax)
 	}
-	return fmt.Errorf("record: entry %d of %s: taken again %d times while replacing it", id, ref, maxReplace)
+	return fmt.Errorf("record: entry %d of %s: not replaced in %d rounds", id, ref, maxReplace)
+}
+
+// replaceMsg is the write of an entry over whatever its id holds, stored
+// only while the session's state is at revision rev.
+func (s *Store) replaceMsg(ref streams.SessionRef, id uint64, b []byte, rev uint64) *nats.Msg {
+	m := &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, id)), Header: nats.Header{}, Data: b}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, streams.KVSubject(s.bucket, s.names.StateKey(ref)))
+	return m
 }
 
 // Stored returns the settlement of p that is stored under its reserved

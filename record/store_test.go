@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
@@ -17,9 +18,23 @@ func testStore(t *testing.T) (*Store, streams.SessionRef) {
 	t.Helper()
 	srv := natstest.RunServer(t)
 	_, js := natstest.Connect(t, srv.ClientURL())
+	return openTestStore(t, js, streams.Options{})
+}
+
+// testStoreR3 is testStore on a three-node cluster, its buckets
+// replicated three times.
+func testStoreR3(t *testing.T) (*Store, streams.SessionRef) {
+	t.Helper()
+	c := natstest.RunCluster(t, 3)
+	_, js := natstest.Connect(t, c.URLs())
+	return openTestStore(t, js, streams.Options{Replicas: 3})
+}
+
+func openTestStore(t *testing.T, js jetstream.JetStream, opts streams.Options) (*Store, streams.SessionRef) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Provision(ctx, js, opts); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Open(ctx, js, streams.Default())
@@ -101,7 +116,12 @@ func leftover(t *testing.T, s *Store, ref streams.SessionRef, e Entry) {
 // entries no state names (a writer crashed between its creates and its
 // state write): they are replaced, and the transcript is the settlement's.
 func TestSettleReplacesLeftovers(t *testing.T) {
-	s, ref := testStore(t)
+	t.Run("R1", func(t *testing.T) { testSettleReplacesLeftovers(t, testStore) })
+	t.Run("R3", func(t *testing.T) { testSettleReplacesLeftovers(t, testStoreR3) })
+}
+
+func testSettleReplacesLeftovers(t *testing.T, open func(*testing.T) (*Store, streams.SessionRef)) {
+	s, ref := open(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	st := NewState(ref.Agent, ref.Session, now)
@@ -235,5 +255,108 @@ func TestSettleFencedIsNotRetried(t *testing.T) {
 	next.NextEntry = 2
 	if _, err := s.Settle(ctx, ref, []Entry{e}, next, rev); !errors.Is(err, ErrFenced) {
 		t.Fatalf("settle at a stale revision: %v, want ErrFenced", err)
+	}
+}
+
+// hookKV runs after on every Get of the bucket, once the answer is in.
+type hookKV struct {
+	jetstream.KeyValue
+	after func(key string)
+}
+
+func (h hookKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := h.KeyValue.Get(ctx, key)
+	h.after(key)
+	return e, err
+}
+
+// TestReplaceRacesSuccessorsAdoption replaces a leftover at a reserved id
+// while a successor claims the session between the replacing writer's
+// read of the state and its write: the successor adopts the leftover (a
+// whole settlement of the intent, so it writes no entry) and names it in
+// its state. The late replacement must lose: the entry the successor's
+// state names stays the one it adopted.
+func TestReplaceRacesSuccessorsAdoption(t *testing.T) {
+	t.Run("R1", func(t *testing.T) { testReplaceRacesSuccessorsAdoption(t, testStore) })
+	t.Run("R3", func(t *testing.T) { testReplaceRacesSuccessorsAdoption(t, testStoreR3) })
+}
+
+func testReplaceRacesSuccessorsAdoption(t *testing.T, open func(*testing.T) (*Store, streams.SessionRef)) {
+	s, ref := open(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The late writer's state: a tool intent reserving entry 1.
+	held := st.Clone()
+	held.Pending = &Intent{Kind: StepTool, Step: 1, Entry: 1, CallID: "c1", Tool: "x", Replay: ReplaySafe, Owner: "late"}
+	held.Calls = []CallRef{{ID: "c1", Name: "x"}}
+	rev, err = s.Update(ctx, ref, held, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An earlier writer's result of the same call, whole, no state names.
+	older := Entry{ID: 1, Kind: KindToolResult, Name: "x", CallID: "c1", Result: "older", Step: 1, Entries: 1, Time: now}
+	leftover(t, s, ref, older)
+
+	successor, err := Open(ctx, s.js, s.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once bool
+	var successorErr error
+	settled := held.Clone()
+	settled.Pending, settled.Calls, settled.Steps, settled.NextEntry = nil, nil, 1, 2
+	settled.Owner = "successor"
+	s.kv = hookKV{KeyValue: s.kv, after: func(key string) {
+		if once || key != s.names.StateKey(ref) {
+			return
+		}
+		once = true
+		// The successor claims, finds the settlement stored whole, adopts.
+		cur, crev, err := successor.Load(ctx, ref)
+		if err == nil {
+			cur.Epoch++
+			crev, err = successor.Update(ctx, ref, cur, crev)
+		}
+		var stored []Entry
+		if err == nil {
+			stored, err = successor.Stored(ctx, ref, *cur.Pending)
+		}
+		if err == nil && len(stored) != 1 {
+			err = fmt.Errorf("successor found %d stored entries, want 1", len(stored))
+		}
+		if err == nil {
+			_, err = successor.Settle(ctx, ref, stored, settled, crev)
+		}
+		successorErr = err
+	}}
+
+	mine := Entry{ID: 1, Kind: KindToolResult, Name: "x", CallID: "c1", Result: "late", Step: 1, Entries: 1, Time: now}
+	next := held.Clone()
+	next.Pending, next.Calls, next.Steps, next.NextEntry = nil, nil, 1, 2
+	_, lateErr := s.Settle(ctx, ref, []Entry{mine}, next, rev)
+	if successorErr != nil {
+		t.Fatalf("successor: %v", successorErr)
+	}
+	if !once {
+		t.Fatal("the successor never ran: the late writer did not read the state")
+	}
+	if !errors.Is(lateErr, ErrFenced) {
+		t.Errorf("late settlement: %v, want ErrFenced", lateErr)
+	}
+	got, _, err := successor.Load(ctx, ref)
+	if err != nil || got.Owner != "successor" || got.NextEntry != 2 {
+		t.Fatalf("state %+v, %v: want the successor's settlement", got, err)
+	}
+	tr, err := successor.Entries(ctx, ref, got.NextEntry)
+	if err != nil || len(tr) != 1 {
+		t.Fatalf("transcript %+v, %v", tr, err)
+	}
+	if tr[0].Result != "older" {
+		t.Errorf("the successor's state names entry 1 = %q, the late writer's, not the %q it adopted", tr[0].Result, "older")
 	}
 }
