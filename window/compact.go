@@ -22,8 +22,11 @@ const (
 
 // Block is the turn an entry belongs to for keeping and masking: an
 // answer, its calls and their results are in the answer's turn; inputs
-// (events, requests, steers, the runtime's notes) in the turn they lead
-// to. Blocks never decrease along a transcript.
+// (events, requests, steers, approvals, the runtime's notes) in the turn
+// they lead to. An input recorded while an answer's calls wait for their
+// results (an approval, an event that reached a blocked session) sits
+// between a call and its result with a higher block: blocks do not
+// decrease along a transcript except there.
 func Block(e record.Entry) int {
 	switch e.Kind {
 	case record.KindAssistant, record.KindToolCall, record.KindToolResult:
@@ -63,7 +66,10 @@ func Due(in Input, c Context) (record.Compaction, bool) {
 // Plan is what a compaction of in would summarise: every entry between
 // the head (the first keep_first_turns turns, fixed by the first
 // compaction) and the last keep_last_turns turns, the previous summary
-// among them. ok is false when that holds no entry a summary does not
+// among them. Neither end falls between a call and its result: the head
+// takes in the results of its calls, the tail the calls of its results
+// (providers refuse a call without its result, and a result without its
+// call). ok is false when that holds no entry a summary does not
 // already stand for.
 func Plan(in Input) (record.Compaction, bool) {
 	p := in.Def.Context
@@ -74,25 +80,38 @@ func Plan(in Input) (record.Compaction, bool) {
 	headEnd := st.HeadEnd
 	if st.Summary == 0 {
 		headEnd = 1
+		open := map[string]bool{}
 		for _, e := range in.Entries {
-			if Block(e) > p.KeepFirst() {
+			if Block(e) > p.KeepFirst() && len(open) == 0 {
 				break
 			}
+			track(open, e)
 			headEnd = e.ID + 1
 		}
 	}
+	// The tail starts at the first entry of the kept turns, or before it,
+	// at the last entry no call waits across (never at a call: it is its
+	// answer's).
 	firstKept := in.Turn - p.KeepLast() + 1
-	keep := uint64(0)
-	fresh := 0
-	answers := st.Summarised
+	keep, cut := uint64(0), uint64(0)
+	open := map[string]bool{}
 	for _, e := range in.Entries {
 		if e.ID < headEnd || e.Kind == record.KindSummary {
 			continue
 		}
+		if len(open) == 0 && e.Kind != record.KindToolCall {
+			cut = e.ID
+		}
 		if Block(e) >= firstKept {
-			if keep == 0 || e.ID < keep {
-				keep = e.ID
-			}
+			keep = cut
+			break
+		}
+		track(open, e)
+	}
+	fresh := 0
+	answers := st.Summarised
+	for _, e := range in.Entries {
+		if e.ID < headEnd || e.ID >= keep || e.Kind == record.KindSummary {
 			continue
 		}
 		fresh++
@@ -104,6 +123,16 @@ func Plan(in Input) (record.Compaction, bool) {
 		return record.Compaction{}, false
 	}
 	return record.Compaction{HeadEnd: headEnd, Keep: keep, Answers: answers}, true
+}
+
+// track keeps open the calls entries so far left without results.
+func track(open map[string]bool, e record.Entry) {
+	switch e.Kind {
+	case record.KindToolCall:
+		open[e.CallID] = true
+	case record.KindToolResult:
+		delete(open, e.CallID)
+	}
 }
 
 // CompactRequest is the request that asks the agent's own model for the

@@ -1,6 +1,7 @@
 package window_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,95 @@ func TestDueSkipsATinyMiddle(t *testing.T) {
 	}
 	if _, due := window.Due(in, c); due {
 		t.Fatal("a compaction of a few bytes is due")
+	}
+}
+
+// approvedTurns is turns(n) with the calls of the given turns approved:
+// the approval's control entry sits between the call and its result,
+// in the turn the approval leads to.
+func approvedTurns(n int, approved ...int) []record.Entry {
+	var out []record.Entry
+	for _, e := range turns(n) {
+		if e.Kind == record.KindToolResult && slices.Contains(approved, e.Turn) {
+			out = append(out, record.Entry{Kind: record.KindControl, Turn: e.Turn, Name: "approve"})
+		}
+		out = append(out, e)
+	}
+	for i := range out {
+		out[i].ID = uint64(i + 1)
+	}
+	return out
+}
+
+// pairsHold fails t unless every tool call of req's answers is followed
+// by its result before the next answer or input, and every result
+// follows its call: what providers require of a conversation.
+func pairsHold(t *testing.T, req model.Request) {
+	t.Helper()
+	open := map[string]bool{}
+	for i, m := range req.Messages {
+		switch m.Role {
+		case model.RoleAssistant, model.RoleUser:
+			if len(open) > 0 {
+				t.Fatalf("message %d (%s) while calls %v wait for their results", i, m.Role, open)
+			}
+			for _, c := range m.ToolCalls {
+				open[c.ID] = true
+			}
+		case model.RoleTool:
+			for _, r := range m.ToolResults {
+				if !open[r.CallID] {
+					t.Fatalf("message %d: the result of call %s follows no call of it", i, r.CallID)
+				}
+				delete(open, r.CallID)
+			}
+		}
+	}
+}
+
+// compacted is in after a compaction by plan whose summary is entry id.
+func compacted(in window.Input, plan record.Compaction, id uint64) window.Input {
+	sum := window.SummaryEntry(id, in.State.Turns, plan, model.Response{Text: "earlier"})
+	st := in.State
+	st.HeadEnd, st.Summary, st.From, st.Summarised, st.NextEntry = plan.HeadEnd, id, plan.Keep, plan.Answers, id+1
+	byID := map[uint64]record.Entry{id: sum}
+	for _, e := range in.Entries {
+		byID[e.ID] = e
+	}
+	var live []record.Entry
+	for _, sp := range st.Live() {
+		for i := sp.From; i <= sp.To; i++ {
+			live = append(live, byID[i])
+		}
+	}
+	in.State, in.Entries = st, live
+	return in
+}
+
+// A compaction never parts a call from its result: an approval (or any
+// input recorded while calls wait) sits between them in the turn it leads
+// to, and neither the head's end nor the tail's start may fall there.
+func TestPlanKeepsCallsWithTheirResults(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		first, last int
+		approved    []int
+	}{
+		{name: "the head's last turn approved", first: 1, last: 2, approved: []int{1}},
+		{name: "the turn before the tail approved", first: 1, last: 2, approved: []int{7}},
+		{name: "the last turn approved", first: 0, last: 1, approved: []int{8}},
+		{name: "every turn approved", first: 2, last: 3, approved: []int{1, 2, 3, 4, 5, 6, 7, 8}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &policies.ContextPolicy{CompactAtTokens: 1000, KeepFirstTurns: &tt.first, KeepLastTurns: &tt.last}
+			in := input(t, p, approvedTurns(8, tt.approved...))
+			pairsHold(t, window.Build(in).Request)
+			plan, ok := window.Plan(in)
+			if !ok {
+				t.Fatal("no plan")
+			}
+			after := compacted(in, plan, in.State.NextEntry)
+			pairsHold(t, window.Build(after).Request)
+		})
 	}
 }
