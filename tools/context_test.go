@@ -181,3 +181,49 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		}
 	}
 }
+
+// read_blob pages through a masked result by its transcript key, and an
+// offset past the end of a result, an empty one included, is an error
+// result.
+func TestReadBlobMaskedResult(t *testing.T) {
+	js := provisioned(t)
+	ctx := t.Context()
+	names := streams.Default()
+	kv, err := js.KeyValue(ctx, names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("pr-reviewer", "octo/repo#12")
+	put := func(id uint64, result string) string {
+		key := names.LogKey(ref, id)
+		b := fmt.Appendf(nil, `{"id":%d,"kind":"tool_result","turn":1,"call_id":"c%d","name":"probe","result":%q}`, id, id, result)
+		if _, err := kv.Put(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	full, empty := put(3, strings.Repeat("ok ", 10)), put(4, "")
+	r, err := tools.NewRegistry(tools.RegistryOptions{}, tools.Builtins(tools.BuiltinConfig{Sessions: kv, BlobReadLimit: 1000})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(args map[string]any) tools.Result {
+		t.Helper()
+		res, err := r.Run(ctx, "read_blob", call(argsJSON(t, args)))
+		if err != nil {
+			t.Fatalf("read_blob %v: %v", args, err)
+		}
+		return res
+	}
+	if res := run(map[string]any{"handle": full, "offset": 27}); res.IsError || !strings.HasSuffix(res.Content, "bytes 27-30 of 30; end of blob]\nok ") {
+		t.Fatalf("last page: %+v", res)
+	}
+	if res := run(map[string]any{"handle": empty}); res.IsError || !strings.Contains(res.Content, "bytes 0-0 of 0") {
+		t.Fatalf("empty result: %+v", res)
+	}
+	for _, args := range []map[string]any{{"handle": full, "offset": 31}, {"handle": empty, "offset": 5}} {
+		if res := run(args); !res.IsError || !strings.Contains(res.Content, "past the end") {
+			t.Fatalf("%v: %+v, want an error result", args, res)
+		}
+	}
+}

@@ -158,7 +158,7 @@ func (r *readBlob) readEntry(ctx context.Context, owner streams.SessionRef, id u
 		return errResult("read_blob: %q is not a tool result", handle), nil
 	}
 	size := int64(len(entry.Result))
-	if offset >= size && size > 0 {
+	if offset > size || offset == size && size > 0 {
 		return errResult("read_blob: offset %d is past the end of %q (%d bytes)", offset, handle, size), nil
 	}
 	end := min(size, offset+int64(limit))
