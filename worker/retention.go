@@ -38,9 +38,10 @@ type Retained struct {
 // Retain applies an agent's retention (policies.Retention) once, as of
 // now: every session of the agent at rest (done, failed, cancelled,
 // budget_exceeded or idle, with no step in flight, no call outstanding,
-// and no input or control message it has not consumed) that rested
-// longer than max_age, or beyond the max_count that rested least long, is
-// removed with every record it has: its state, transcript and notes in
+// no answer, cancel or tick result it still owes, and no input or control
+// message it has not consumed) that rested longer than max_age, or
+// beyond the max_count that rested least long, is removed with every
+// record it has: its state, transcript and notes in
 // jl_sessions, its blobs, its consumed messages in JL_IN and JL_CTL, its
 // lease and its work folder here. A session that is working, blocked,
 // paused or queued is never touched, and each removal holds the
@@ -116,7 +117,11 @@ func retainable(st record.State, pol policies.Retention) bool {
 		return false
 	}
 	// A delegated session that has not answered, or a run that owes its
-	// children their cancels, is not done with.
+	// children their cancels, is not done with; nor is a tick's run whose
+	// result its schedule has not recorded yet.
+	if st.Tick != nil && st.Tick.Result == "" {
+		return false
+	}
 	return st.Pending == nil && len(st.Calls) == 0 && len(st.Steers) == 0 && st.Queued == nil && st.Slot == nil &&
 		len(st.Children) == 0 && !owesAnswer(st)
 }

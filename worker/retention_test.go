@@ -318,3 +318,47 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return 0
 }
+
+// A session at rest that still owes something is kept: a delegated run's
+// answer to its parent, the cancels of its children, the result of its
+// tick. The worker that runs it next settles the debt; retention takes it
+// afterwards.
+func TestRetentionKeepsSessionsThatOweSomething(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	store, err := record.Open(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rested := time.Now().Add(-2 * time.Hour)
+	for name, owe := range map[string]func(*record.State){
+		"settled": func(*record.State) {},
+		"owes-answer": func(st *record.State) {
+			st.Delegation = &record.Delegation{Parent: "ret/parent", CallID: "c1", Event: "ev1", Seq: 1}
+			st.InSeq = 1
+		},
+		"owes-cancels": func(st *record.State) {
+			st.Children = []record.Child{{CallID: "c1", Session: "ret/child", Cancel: "the run ended"}}
+		},
+		"owes-tick-result": func(st *record.State) {
+			st.Tick = &record.TickRun{ID: "t1", Schedule: "drift"}
+		},
+	} {
+		st := record.NewState("ret", name, rested)
+		st.SetStatus(record.StatusDone, "", rested)
+		st.RunEnded, st.Updated = rested, rested
+		owe(&st)
+		if _, err := store.Create(ctx, e.ref(t, "ret", name), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := defs{"ret": {Name: "ret", Model: scripted(policies.ScriptEntry{Text: "ok"}), Retention: &policies.Retention{MaxAge: policies.Duration(time.Hour)}}}
+	w, err := worker.New(ctx, e.js, worker.Config{ID: "w1", Definitions: d, Agents: []string{"ret"}, RetentionInterval: -1, WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.Retain(ctx, "ret", time.Now())
+	if err != nil || !slices.Equal(res.Removed, []string{"settled"}) || res.Examined != 4 {
+		t.Fatalf("removed %+v, %v; want only the session that owes nothing", res, err)
+	}
+}
