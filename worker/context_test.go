@@ -309,3 +309,65 @@ func TestForkCarriesNotes(t *testing.T) {
 		t.Fatalf("child's notes %+v, %v", n, err)
 	}
 }
+
+// A compaction keeps every call with its result through the real worker:
+// the first turn's call waits for an approval, whose control entry sits
+// between the call and its result, where keep_first_turns ends; every
+// request the model receives pairs each call with its result, as
+// providers require.
+func TestCompactionKeepsApprovedCallsWithResults(t *testing.T) {
+	e := setup(t)
+	const events = 8
+	script := []policies.ScriptEntry{}
+	for i := 1; i <= events; i++ {
+		script = append(script,
+			policies.ScriptEntry{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe", Args: map[string]any{"n": i}}}},
+			policies.ScriptEntry{Text: fmt.Sprintf("Measured %d.", i)})
+	}
+	keepFirst, keepLast := 1, 2
+	def := policies.Definition{Name: "mon", Tools: []string{"probe"}, System: "You watch an endpoint.",
+		Model:     policies.Model{Provider: "scripted", Script: script},
+		Approvals: []policies.Approval{{Name: "first", When: `tool.name == "probe" && tool.args.n == 1`}},
+		Context:   &policies.ContextPolicy{CompactAtTokens: 2000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast},
+	}
+	rec := &recorder{}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.ToolMap{"probe": big{}}, Models: rec.factory, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "health")
+	e.send(t, ref, "tick")
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
+	publish(t, e, ref, control.Message{Verb: control.Approve, CallID: tr.WaitingFor})
+	e.waitStatusTurns(t, ref, record.StatusDone, 2)
+	for i := 1; i < events; i++ {
+		e.send(t, ref, "tick")
+		e.waitStatusTurns(t, ref, record.StatusDone, 2*(i+1))
+	}
+	compactions := 0
+	for i, req := range rec.requests() {
+		if req.Compact {
+			compactions++
+			continue
+		}
+		open := map[string]bool{}
+		for j, m := range req.Messages {
+			switch m.Role {
+			case model.RoleTool:
+				for _, r := range m.ToolResults {
+					if !open[r.CallID] {
+						t.Fatalf("request %d, message %d: the result of call %s follows no call of it", i, j, r.CallID)
+					}
+					delete(open, r.CallID)
+				}
+			default:
+				if len(open) > 0 {
+					t.Fatalf("request %d, message %d (%s): calls %v have no results", i, j, m.Role, open)
+				}
+				for _, c := range m.ToolCalls {
+					open[c.ID] = true
+				}
+			}
+		}
+	}
+	if compactions == 0 {
+		t.Fatal("no compaction")
+	}
+}
