@@ -39,7 +39,7 @@ type harness struct {
 
 // start runs a provisioned server and the API service on it until the test
 // ends.
-func start(t *testing.T, cfg api.Config) *harness {
+func start(t testing.TB, cfg api.Config) *harness {
 	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s.ClientURL())
@@ -379,6 +379,13 @@ func (h *harness) putSession(t *testing.T, st record.State, entries []record.Ent
 	st.NextEntry = uint64(len(entries)) + 1
 	b, _ := json.Marshal(st)
 	if _, err := kv.Put(ctx(t), h.names.StateKey(r), b); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := record.OpenIndex(ctx(t), h.js, h.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Heal(ctx(t), st); err != nil {
 		t.Fatal(err)
 	}
 }

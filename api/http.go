@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +41,7 @@ type HTTPControl struct {
 // MountHTTP registers the API's HTTP routes on mux:
 //
 //	POST /v1/agents/{agent}/sessions/{session}/control   bearer token → control message (202 with ControlResponse)
-//	GET  /v1/sessions[?agent=A&status=S]                  bearer token → StatusResponse
+//	GET  /v1/sessions[?agent=A&status=S&since=T&limit=N&cursor=C]                  bearer token → StatusResponse
 //	GET  /v1/agents/{agent}/sessions/{session}/context   bearer token → ContextResponse
 //
 // A control request's Idempotency-Key header is the message id: a retry
@@ -152,13 +153,29 @@ func (s *Service) httpSessions(ctx context.Context, r *http.Request, _ []byte) (
 	}
 	for k, vs := range q {
 		switch {
-		case k != "agent" && k != "status":
-			return 0, nil, errorf(http.StatusBadRequest, "unknown query parameter %q: want agent or status", k)
+		case k != "agent" && k != "status" && k != "since" && k != "limit" && k != "cursor":
+			return 0, nil, errorf(http.StatusBadRequest, "unknown query parameter %q: want agent, status, since, limit or cursor", k)
 		case len(vs) > 1:
 			return 0, nil, errorf(http.StatusBadRequest, "query parameter %q given %d times", k, len(vs))
 		}
 	}
-	resp, err := s.status(ctx, StatusRequest{Agent: q.Get("agent"), Status: q.Get("status")})
+	req := StatusRequest{Agent: q.Get("agent"), Status: q.Get("status")}
+	if v := q.Get("since"); v != "" {
+		if req.Since, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return 0, nil, errorf(http.StatusBadRequest, "since %q: want an RFC 3339 time", v)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		if req.Limit, err = strconv.Atoi(v); err != nil || req.Limit < 1 {
+			return 0, nil, errorf(http.StatusBadRequest, "limit %q: want a positive number", v)
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		if req.Cursor, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return 0, nil, errorf(http.StatusBadRequest, "cursor %q: want the next of the previous page", v)
+		}
+	}
+	resp, err := s.status(ctx, req)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -181,22 +181,30 @@ func (s *Service) status(ctx context.Context, req StatusRequest) (StatusResponse
 		}
 		return StatusResponse{}, errorf(http.StatusBadRequest, "status %q: want one of %s", req.Status, strings.Join(names, ", "))
 	}
-	all, err := record.List(ctx, s.js, s.names)
+	if req.Limit < 0 || req.Limit > record.MaxPage {
+		return StatusResponse{}, errorf(http.StatusBadRequest, "status: limit %d: want 1 to %d", req.Limit, record.MaxPage)
+	}
+	page, err := record.Select(ctx, s.js, s.names, record.Query{Status: record.Status(req.Status), Agent: req.Agent, Since: req.Since, Limit: req.Limit, Cursor: req.Cursor})
 	if err != nil {
 		return StatusResponse{}, err
 	}
-	describeWaiting(all)
-	rows := make([]record.Summary, 0, len(all))
-	numbers := newVersionNumbers(s.agents)
-	for _, x := range all {
-		if (req.Agent == "" || x.Agent == req.Agent) && (req.Status == "" || string(x.Status) == req.Status) {
-			x.DefinitionVersion = numbers.of(ctx, x.Agent, x.DefinitionVersion, x.DefinitionRevision)
-			rows = append(rows, x)
-		}
+	rows := page.Sessions
+	if err := s.describeWaiting(ctx, rows); err != nil {
+		return StatusResponse{}, err
 	}
-	out := StatusResponse{Sessions: rows}
+	numbers := newVersionNumbers(s.agents)
+	for i := range rows {
+		rows[i].DefinitionVersion = numbers.of(ctx, rows[i].Agent, rows[i].DefinitionVersion, rows[i].DefinitionRevision)
+	}
+	out := StatusResponse{Sessions: rows, Next: page.Next}
 	if n := fit(rows, s.cfg.MaxResponse-1024); n < len(rows) {
-		out.Sessions, out.Truncated = rows[:n], true
+		// The next page starts at the first session left out.
+		out.Sessions, out.Truncated, out.Next = rows[:n], true, 0
+		cut, err := record.Select(ctx, s.js, s.names, record.Query{Status: record.Status(req.Status), Agent: req.Agent, Since: req.Since, Limit: n, Cursor: req.Cursor})
+		if err != nil {
+			return StatusResponse{}, err
+		}
+		out.Next = cut.Next
 	}
 	return out, nil
 }

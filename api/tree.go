@@ -21,9 +21,47 @@ import (
 // maxWaitDepth bounds how far down a waiting session's description goes.
 const maxWaitDepth = 3
 
-// describeWaiting rewrites the waiting_for of every waiting session in
-// all with what the sessions it waits for are doing now.
-func describeWaiting(all []record.Summary) {
+// describeWaiting rewrites the waiting_for of every waiting session of a
+// page of the status listing with what the sessions it waits for are
+// doing now: those not on the page are read from their states.
+func (s *Service) describeWaiting(ctx context.Context, page []record.Summary) error {
+	on := make(map[string]bool, len(page))
+	for _, x := range page {
+		on[x.Agent+"/"+x.Session] = true
+	}
+	var missing []streams.SessionRef
+	for _, x := range page {
+		if x.Status != record.StatusWaiting {
+			continue
+		}
+		for _, c := range x.Children {
+			if on[c] {
+				continue
+			}
+			agent, session, _ := strings.Cut(c, "/")
+			if ref, err := streams.NewSessionRef(agent, session); err == nil {
+				missing = append(missing, ref)
+				on[c] = true
+			}
+		}
+	}
+	if len(missing) == 0 {
+		describeWaitingIn(page)
+		return nil
+	}
+	extra, err := record.Summaries(ctx, s.js, s.names, missing)
+	if err != nil {
+		return err
+	}
+	all := append(slices.Clone(page), extra...)
+	describeWaitingIn(all)
+	copy(page, all[:len(page)])
+	return nil
+}
+
+// describeWaitingIn rewrites the waiting_for of every waiting session in
+// all with what the sessions it waits for (in all too) are doing now.
+func describeWaitingIn(all []record.Summary) {
 	by := make(map[string]int, len(all))
 	for i, x := range all {
 		by[x.Agent+"/"+x.Session] = i
@@ -177,7 +215,7 @@ func (s *Service) delegationOf(ctx context.Context, ref streams.SessionRef, tr *
 	if err != nil {
 		return err
 	}
-	describeWaiting(all)
+	describeWaitingIn(all)
 	for _, x := range all {
 		if x.Agent == ref.Agent && x.Session == ref.Session {
 			tr.WaitingFor = x.WaitingFor

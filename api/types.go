@@ -119,13 +119,21 @@ type SendResponse struct {
 type StatusRequest struct {
 	Agent  string `json:"agent,omitempty"`
 	Status string `json:"status,omitempty"`
+	// Since: only sessions whose status changed at or after it.
+	Since time.Time `json:"since,omitzero"`
+	// Limit bounds the page: default 1000, at most 10000.
+	Limit int `json:"limit,omitempty"`
+	// Cursor continues a listing: the Next of the previous page.
+	Cursor uint64 `json:"cursor,omitempty"`
 }
 
-// StatusResponse holds the sessions, ordered by agent and session. When
-// they would not fit one response, the first ones are given and Truncated
-// is set.
+// StatusResponse is one page of sessions, read from the status index, in
+// the order their status last changed (oldest first). Next is the Cursor
+// of the next page; 0 when this is the last. Truncated marks a page cut
+// short to fit one response (Next continues it).
 type StatusResponse struct {
 	Sessions  []record.Summary `json:"sessions"`
+	Next      uint64           `json:"next,omitempty"`
 	Truncated bool             `json:"truncated,omitempty"`
 }
 

@@ -366,3 +366,62 @@ func TestApplyChecksAgainstTheRuntime(t *testing.T) {
 		t.Fatalf("apply with the key: exit %d, %s", code, errs)
 	}
 }
+
+// TestStatusPagesThroughAll lists 2,500 sessions with `jetloop status`,
+// which the API serves a page (1,000) at a time from the status index:
+// every session once, and the blocked ones with --status.
+func TestStatusPagesThroughAll(t *testing.T) {
+	natsURL, _, _ := runDev(t, nil)
+	_, js := natstest.Connect(t, natsURL)
+	names := streams.Default()
+	const total = 2500
+	var futures []jetstream.PubAckFuture
+	for i := range total {
+		ref, _ := streams.NewSessionRef("demo", fmt.Sprintf("s%04d", i))
+		st := record.StatusDone
+		if i%100 == 0 {
+			st = record.StatusBlocked
+		}
+		b, _ := json.Marshal(record.Summary{Agent: ref.Agent, Session: ref.Session, Status: st, Since: time.Now().UTC()})
+		key, _ := names.StatusKey(string(st), ref)
+		f, err := js.PublishAsync(streams.KVSubject(names.BucketStatus(), key), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("publish not acknowledged")
+		}
+	}
+	count := func(args ...string) int {
+		t.Helper()
+		code, out, errs := run(t, nil, append([]string{"status", "--json", "--server", natsURL}, args...)...)
+		var rows []map[string]any
+		if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
+			t.Fatalf("status %v: exit %d, %v: %s", args, code, err, errs)
+		}
+		seen := map[string]bool{}
+		for _, r := range rows {
+			seen[fmt.Sprint(r["session"])] = true
+		}
+		if len(seen) != len(rows) {
+			t.Errorf("status %v listed %d rows for %d sessions", args, len(rows), len(seen))
+		}
+		return len(rows)
+	}
+	if n := count(); n != total {
+		t.Errorf("status listed %d of %d sessions", n, total)
+	}
+	if n := count("--status", "blocked"); n != total/100 {
+		t.Errorf("status --status blocked listed %d, want %d", n, total/100)
+	}
+	if n := count("--limit", "1200"); n != 1200 {
+		t.Errorf("status --limit 1200 listed %d", n)
+	}
+}

@@ -372,11 +372,14 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 }
 
 func runStatus(ctx context.Context, env *Env, args []string) error {
-	var agent, status string
+	var agent, status, since string
+	var most int
 	var tree bool
 	rt, cf, rest, closeConn, err := clientRuntime(ctx, env, "status", "[flags]", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&agent, "agent", "", "only this agent's sessions")
 		fs.StringVar(&status, "status", "", "only sessions with this status (e.g. blocked)")
+		fs.StringVar(&since, "since", "", "only sessions whose status changed since: a time (RFC 3339) or how long ago (1h)")
+		fs.IntVar(&most, "limit", 0, "print at most this many sessions (0: all, read a page at a time)")
 		fs.BoolVar(&tree, "tree", false, "each session under the one that delegated to it, with the usage of its tree")
 	})
 	if err != nil {
@@ -387,16 +390,32 @@ func runStatus(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stderr, "jetloop status: unexpected argument %q\n", rest[0])
 		return errUsage
 	}
-	resp, err := api.NewClient(rt.NC, rt.Names).Status(ctx, api.StatusRequest{Agent: agent, Status: status})
-	if err != nil {
-		return err
+	if most < 0 {
+		fmt.Fprintf(env.Stderr, "jetloop status: --limit %d: want 0 (all) or more\n", most)
+		return errUsage
 	}
-	rows := resp.Sessions
-	if rows == nil {
-		rows = []record.Summary{}
+	req := api.StatusRequest{Agent: agent, Status: status}
+	if since != "" {
+		if req.Since, err = parseSince(since, time.Now()); err != nil {
+			return err
+		}
 	}
-	if resp.Truncated {
-		fmt.Fprintf(env.Stderr, "jetloop status: only the first %d sessions fit one answer; narrow with --agent or --status\n", len(rows))
+	// Page through the index: a page per request, however many sessions.
+	rows := []record.Summary{}
+	c := api.NewClient(rt.NC, rt.Names)
+	for {
+		if most > 0 {
+			req.Limit = min(most-len(rows), record.DefaultPage)
+		}
+		resp, err := c.Status(ctx, req)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, resp.Sessions...)
+		if resp.Next == 0 || most > 0 && len(rows) >= most {
+			break
+		}
+		req.Cursor = resp.Next
 	}
 	if tree {
 		return printForest(env, api.Forest(rows), cf.json)

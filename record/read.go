@@ -3,6 +3,7 @@ package record
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,6 +94,27 @@ func summary(st State) Summary {
 		DefinitionRevision: st.DefinitionRevision, Rollout: st.Rollout,
 		Updated: st.Updated, Owner: st.Owner, Parent: st.Parent,
 	}
+}
+
+// Summaries returns the summaries of the sessions refs that have a
+// state, read from their states (one read each).
+func Summaries(ctx context.Context, js jetstream.JetStream, names streams.Names, refs []streams.SessionRef) ([]Summary, error) {
+	s, err := Open(ctx, js, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Summary, 0, len(refs))
+	for _, ref := range refs {
+		st, _, err := s.Load(ctx, ref)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, summarise(st))
+	}
+	return out, nil
 }
 
 // List returns every session's summary, ordered by agent and session. It

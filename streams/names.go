@@ -102,6 +102,41 @@ func (n Names) BucketSchedules() string { return n.p() + "_schedules" }
 // every worker (jl_ledger).
 func (n Names) BucketLedger() string { return n.p() + "_ledger" }
 
+// BucketStatus is the status index (jl_status): one key per session,
+// <status>.<agent>.<session>, so the sessions in one status are a key
+// prefix.
+func (n Names) BucketStatus() string { return n.p() + "_status" }
+
+// StatusKey is the key of session r in status st in jl_status.
+func (n Names) StatusKey(st string, r SessionRef) (string, error) {
+	t, err := events.EncodeToken(st)
+	if err != nil {
+		return "", fmt.Errorf("streams: status: %w", err)
+	}
+	return t + "." + r.Key(), nil
+}
+
+// StatusKeys is the filter of jl_status keys in status st (any when empty)
+// of agent (any when empty).
+func (n Names) StatusKeys(st, agent string) (string, error) {
+	s, a := "*", "*"
+	if st != "" {
+		t, err := events.EncodeToken(st)
+		if err != nil {
+			return "", fmt.Errorf("streams: status: %w", err)
+		}
+		s = t
+	}
+	if agent != "" {
+		t, err := agentToken(agent)
+		if err != nil {
+			return "", err
+		}
+		a = t
+	}
+	return s + "." + a + ".*", nil
+}
+
 // ObjectBlobs is the object store for large tool results (jl_blobs).
 func (n Names) ObjectBlobs() string { return n.p() + "_blobs" }
 

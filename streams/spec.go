@@ -41,6 +41,7 @@ const (
 	roleDedupe
 	roleBlobs
 	roleSmall // leases, agents, rollouts, slots, spend, schedules, ledger
+	roleStatus
 )
 
 // shares are each role's part of the storage budget, in thousandths, and
@@ -55,10 +56,12 @@ var shares = map[role]struct {
 	roleCtl:      {40, 1_000_000},
 	roleDLQ:      {50, 1_000_000},
 	roleAudit:    {80, 10_000_000},
-	roleSessions: {250, 20_000_000},
+	roleSessions: {240, 20_000_000},
 	roleDedupe:   {60, 10_000_000},
 	roleBlobs:    {180, 1_000_000},
 	roleSmall:    {5, 1_000_000},
+	// One summary (a few hundred bytes) per session.
+	roleStatus: {10, 2_000_000},
 }
 
 // Limits returns the limits Layout declares for every resource with opts,
@@ -285,6 +288,8 @@ func Layout(opts Options) []Resource {
 			jetstream.KeyValueConfig{Description: "jetloop: spend per agent and day", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketSchedules(), "schedule health: last fire, failures, breaker", opts.limit(n.BucketSchedules(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: schedule health", History: 1, Storage: st, Replicas: r}, nil),
+		kv(n.BucketStatus(), "status index: one key per session, <status>.<agent>.<session>, so which sessions are blocked is a key filter", opts.limit(n.BucketStatus(), roleStatus),
+			jetstream.KeyValueConfig{Description: "jetloop: sessions by status", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
 		kv(n.BucketLedger(), "usage of delegation trees: each session's run, its ceiling and the usage of every session below it, shared by every worker", opts.limit(n.BucketLedger(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: delegation ledger", History: 1, Storage: st, Replicas: r}, nil),
 		{

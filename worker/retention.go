@@ -242,6 +242,9 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 	if err := kvs.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(w.names.BucketSessions(), w.names.SessionKeys(ref)))); err != nil {
 		return false, fmt.Errorf("worker: retention of %s: purge records: %w", ref, err)
 	}
+	if err := w.index.Remove(ctx, ref); err != nil {
+		w.log.Warn("retention: remove the status index entry", "agent", ref.Agent, "session", ref.Session, "err", err)
+	}
 	// The consumed messages only: a message that came since stays.
 	if st.InSeq > 0 {
 		if err := w.in.Purge(ctx, jetstream.WithPurgeSubject(w.names.In(ref)), jetstream.WithPurgeSequence(st.InSeq+1)); err != nil {

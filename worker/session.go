@@ -91,6 +91,11 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 		r.observe(st)
 		break
 	}
+	// A crash between a state write and its index entry left the index
+	// behind: the session's taker puts it right.
+	if err := w.index.Heal(ctx, s.st); err != nil {
+		r.log.Warn("heal the session's status index entry", "err", err)
+	}
 	entries, err := w.store.ReadSpans(ctx, r.ref, s.st.Live())
 	if err != nil {
 		return nil, err
@@ -232,6 +237,7 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 		}
 	}
 	if prev != next.Status {
+		s.w.indexStatus(ctx, prev, next)
 		s.w.announce(ctx, s.r.ref, prev, next)
 		if prev == record.StatusWorking {
 			s.runEnded(ctx, next)

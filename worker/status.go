@@ -51,3 +51,13 @@ func (w *Worker) announce(ctx context.Context, ref streams.SessionRef, prev reco
 		log.Warn("audit status change", "err", err)
 	}
 }
+
+// indexStatus records a status change in the status index. A failure is
+// logged: the next worker to take the session heals the entry.
+func (w *Worker) indexStatus(ctx context.Context, prev record.Status, next record.State) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.index.Set(ictx, prev, next); err != nil {
+		w.log.Warn("status index", "agent", next.Agent, "session", next.Session, "status", next.Status, "err", err)
+	}
+}

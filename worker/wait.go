@@ -221,6 +221,10 @@ func (s *session) timedOut(ctx context.Context, in *input, ev event.Event, next 
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
+	if w.OnTimeout == policies.OnTimeoutEscalate {
+		// The status stays; what the index shows of it changed.
+		s.w.indexStatus(ctx, s.st.Status, s.st)
+	}
 	s.w.m.waitTimeouts.WithLabelValues(w.OnTimeout, "applied").Inc()
 	log.Info("wait timed out", "status", next.Status)
 	return nil

@@ -58,8 +58,27 @@ func TestApprovalTimeoutDenies(t *testing.T) {
 	if err != nil || len(list) != 1 || !list[0].WaitUntil.Equal(st.WaitUntil) {
 		t.Fatalf("status list %+v, %v", list, err)
 	}
+	// The status index follows: blocked while it waits, done after.
+	blocked, err := record.Select(context.Background(), e.js, e.names, record.Query{Status: record.StatusBlocked})
+	if err != nil || len(blocked.Sessions) != 1 || blocked.Sessions[0].WaitingFor != call || !blocked.Sessions[0].WaitUntil.Equal(st.WaitUntil) {
+		t.Fatalf("blocked in the index: %+v, %v", blocked.Sessions, err)
+	}
 	waitIdleWorker(t, reg)
 	tr = e.waitStatus(t, ref, record.StatusDone)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		b, err := record.Select(context.Background(), e.js, e.names, record.Query{Status: record.StatusBlocked})
+		if err != nil {
+			return err
+		}
+		d, err := record.Select(context.Background(), e.js, e.names, record.Query{Status: record.StatusDone})
+		if err != nil {
+			return err
+		}
+		if len(b.Sessions) != 0 || len(d.Sessions) != 1 {
+			return fmt.Errorf("index: %d blocked, %d done", len(b.Sessions), len(d.Sessions))
+		}
+		return nil
+	})
 	rs := results(tr, call)
 	if len(rs) != 1 || !rs[0].IsError || !strings.Contains(rs[0].Result, "denied: no decision within 2s") {
 		t.Fatalf("results of %s: %+v", call, rs)

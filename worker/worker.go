@@ -46,6 +46,8 @@ type Worker struct {
 	schedules *schedule.HealthStore
 	// ticks remembers the ticks consumed (jl_dedupe).
 	ticks *dedupe.Store
+	// index is the status index (jl_status).
+	index *record.Index
 	// seen is the same jl_dedupe store: it remembers each applied
 	// control message by its id, for as long as events are, so a message
 	// sent again after JL_CTL's duplicate window is applied once.
@@ -154,6 +156,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if w.ticks, err = dedupe.New(ctx, js, dedupe.Config{Names: cfg.Names}); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if w.index, err = record.OpenIndex(ctx, js, cfg.Names); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	w.seen = w.ticks
 	if w.ledger, err = ledger.Open(ctx, js, cfg.Names); err != nil {
 		return nil, err
@@ -178,6 +183,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.reclaim(ctx); err != nil {
 		w.log.Warn("take back sessions of a dead incarnation; their leases lapse instead", "err", err)
 	}
+	w.wg.Go(func() {
+		n, err := w.index.Build(ctx, w.js)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.log.Warn("index the sessions that predate the status index", "err", err)
+		case n > 0:
+			w.log.Info("status index built from the sessions' states", "sessions", n)
+		}
+	})
 	w.log.Info("worker running", "agents", agentsLabel(w.cfg.Agents))
 	var err error
 	if len(w.cfg.Agents) > 0 {
