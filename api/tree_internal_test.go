@@ -17,7 +17,7 @@ func TestDescribeWaiting(t *testing.T) {
 		{Agent: "leaf", Session: "mid/lead/s/call_1/call_0", Status: record.StatusBlocked, WaitingFor: "call_7", DelegatedBy: "mid/lead/s/call_1"},
 		{Agent: "rev", Session: "lead/s/call_2", Status: record.StatusDone, Reason: "", DelegatedBy: "lead/s"},
 	}
-	describeWaiting(all)
+	describeWaitingIn(all)
 	want := "the answers of mid/lead/s/call_1 (waiting: the answers of leaf/mid/lead/s/call_1/call_0 (blocked: call_7)), " +
 		"rev/lead/s/call_2 (done), late/lead/s/call_3 (not started yet)"
 	if all[0].WaitingFor != want {
