@@ -191,6 +191,12 @@ triggers:
 	if gap := ats[2].Sub(ats[1]); gap != time.Second {
 		t.Fatalf("turns %v: %s apart, want 1s at 60 a minute", ats, gap)
 	}
+	// Another key has a queue of its own: its first event goes at once.
+	other := ghEvent("t-other", "com.github.push", `{"n": 0}`)
+	other.SetSource("https://github.com/octo/other")
+	if ds, err := a.Decide(ctx, other); err != nil || ds[0].Outcome != admission.Admitted {
+		t.Fatalf("another key's first event: %+v %v", ds, err)
+	}
 	for _, want := range []string{"t2", "t3"} {
 		if v := recv(t, got, 15*time.Second); v["id"] != want {
 			t.Fatalf("delivered %v, want %s", v, want)

@@ -134,21 +134,22 @@ func runAgents(ctx context.Context, env *Env, args []string) error {
 	recs := resp.Agents
 	if cf.json {
 		type row struct {
-			Name      string            `json:"name"`
-			Version   uint64            `json:"version"`
-			Hash      string            `json:"hash,omitempty"`
-			Model     string            `json:"model"`
-			Triggers  []string          `json:"triggers"`
-			Schedules []string          `json:"schedules"`
-			Source    string            `json:"source,omitempty"`
-			AppliedBy string            `json:"applied_by,omitempty"`
-			AppliedAt time.Time         `json:"applied_at"`
-			Rollout   *policies.Rollout `json:"rollout,omitempty"`
+			Name        string            `json:"name"`
+			Description string            `json:"description,omitempty"`
+			Version     uint64            `json:"version"`
+			Hash        string            `json:"hash,omitempty"`
+			Model       string            `json:"model"`
+			Triggers    []string          `json:"triggers"`
+			Schedules   []string          `json:"schedules"`
+			Source      string            `json:"source,omitempty"`
+			AppliedBy   string            `json:"applied_by,omitempty"`
+			AppliedAt   time.Time         `json:"applied_at"`
+			Rollout     *policies.Rollout `json:"rollout,omitempty"`
 		}
 		rows := make([]row, 0, len(recs))
 		for _, r := range recs {
 			d := r.Definition
-			rows = append(rows, row{Name: d.Name, Version: r.Version, Hash: r.Hash, Model: modelName(d.Model), Triggers: triggerNames(d),
+			rows = append(rows, row{Name: d.Name, Description: d.Description, Version: r.Version, Hash: r.Hash, Model: modelName(d.Model), Triggers: triggerNames(d),
 				Schedules: scheduleNames(d), Source: r.Source, AppliedBy: r.AppliedBy, AppliedAt: r.AppliedAt, Rollout: r.Rollout})
 		}
 		enc := json.NewEncoder(env.Stdout)

@@ -274,7 +274,8 @@ func TestDevAuth(t *testing.T) {
 func TestAgentsAndEventsThroughTheAPI(t *testing.T) {
 	natsURL, _, _ := runDev(t, nil)
 	code, out, errs := run(t, nil, "agents", "--json", "--server", natsURL)
-	if code != 0 || !strings.Contains(out, `"name": "demo"`) || !strings.Contains(out, `"source": "examples/demo.yaml"`) {
+	if code != 0 || !strings.Contains(out, `"name": "demo"`) || !strings.Contains(out, `"source": "examples/demo.yaml"`) ||
+		!strings.Contains(out, `"description": "Runs one shell command in its work folder, then answers."`) {
 		t.Errorf("agents: exit %d, %s %s", code, out, errs)
 	}
 	code, out, errs = run(t, nil, "events", "--json", "--server", natsURL)

@@ -189,16 +189,18 @@ func (s *session) continueQueued(ctx context.Context) error {
 	return s.commit(ctx, nil, next)
 }
 
-// queuedSlot is the slot a session in st waits for, before its lease is
-// taken: a queued session asks for its slot first, so that its event's
-// every return costs one read of the slot table, not a lease and a state
-// write, while the slot is taken.
+// queuedSlot asks, for a session in st that is queued, before its lease
+// is taken, whether its slot is free now: while it is not, the event's
+// every return costs one read (and write) of the slot table, not a lease
+// and a state write. The slot itself is taken under the lease (input,
+// continueQueued); a slot is only ever held by the worker that holds the
+// session's lease.
 func (r *runner) queuedSlot(ctx context.Context, st record.State) error {
 	if st.Status != record.StatusQueued || st.Queued == nil {
 		return nil
 	}
 	q := *st.Queued
-	g, err := r.w.slots.acquire(ctx, r.ref, q.Slot, q.Seq)
+	g, err := r.w.slots.wait(ctx, r.ref, q.Slot, q.Seq)
 	if err != nil {
 		return err
 	}
@@ -206,7 +208,5 @@ func (r *runner) queuedSlot(ctx context.Context, st record.State) error {
 		r.w.m.slots.WithLabelValues("queued").Inc()
 		return errQueued
 	}
-	r.setSlot(&q.Slot)
-	r.w.m.slots.WithLabelValues("granted").Inc()
 	return nil
 }

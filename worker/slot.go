@@ -110,9 +110,11 @@ type slotGrant struct {
 }
 
 // acquire takes a slot of slot for the session's run, whose place in line
-// is seq; a session that holds one already has it renewed. Without a free
-// slot, or with sessions ahead of it that wait for one, the session joins
-// (or keeps its place in) the queue.
+// is seq, for this worker, which holds the session's lease: a slot the
+// session holds already (this worker's, or a dead owner's it took the
+// session over from) is renewed as this worker's. Without a free slot, or
+// with sessions ahead of it that wait for one, the session joins (or
+// keeps its place in) the queue.
 func (s *slots) acquire(ctx context.Context, ref streams.SessionRef, slot record.Slot, seq uint64) (slotGrant, error) {
 	var g slotGrant
 	err := s.change(ctx, ref.Agent, slot, func(t *slotTable, now time.Time) bool {
@@ -122,35 +124,68 @@ func (s *slots) acquire(ctx context.Context, ref streams.SessionRef, slot record
 			g = slotGrant{granted: true}
 			return true
 		}
-		ahead := t.ahead(ref.Session, seq)
-		i := t.waiter(ref.Session)
-		if len(t.Holders)+ahead < t.Limit {
-			if i >= 0 {
+		if g = t.wouldGrant(ref.Session, seq); g.granted {
+			if i := t.waiter(ref.Session); i >= 0 {
 				t.Queue = slices.Delete(t.Queue, i, i+1)
 			}
 			t.Holders = append(t.Holders, slotHolder{Session: ref.Session, Owner: s.owner, Expires: now.Add(s.ttl)})
-			g = slotGrant{granted: true}
 			return true
 		}
-		w := slotWaiter{Session: ref.Session, Seq: seq, Expires: now.Add(queueTTL)}
-		if i >= 0 {
-			w.Seq = min(w.Seq, t.Queue[i].Seq)
-			t.Queue[i] = w
-		} else {
-			t.Queue = append(t.Queue, w)
-		}
-		g = slotGrant{ahead: ahead}
+		t.wait(ref.Session, seq, now)
 		return true
 	})
 	return g, err
 }
 
-// renew extends the session's slot; held is false when it has none any
-// more (it lapsed and was given to another run).
+// wait asks, for a queued session whose lease this worker does not hold
+// yet, whether a slot would be granted, without taking one (the worker
+// that runs the session takes it, under the lease): granted when one is
+// free for it now, or when the session holds one already (it runs
+// elsewhere). Otherwise the session keeps its place in the queue.
+func (s *slots) wait(ctx context.Context, ref streams.SessionRef, slot record.Slot, seq uint64) (slotGrant, error) {
+	var g slotGrant
+	err := s.change(ctx, ref.Agent, slot, func(t *slotTable, now time.Time) bool {
+		if t.holder(ref.Session) >= 0 {
+			g = slotGrant{granted: true}
+			return false
+		}
+		if g = t.wouldGrant(ref.Session, seq); g.granted {
+			return false
+		}
+		t.wait(ref.Session, seq, now)
+		return true
+	})
+	return g, err
+}
+
+// wouldGrant says whether a session waiting with seq, holding no slot,
+// gets one now: a slot is free for each session ahead of it and for it.
+func (t *slotTable) wouldGrant(session string, seq uint64) slotGrant {
+	ahead := t.ahead(session, seq)
+	if len(t.Holders)+ahead < t.Limit {
+		return slotGrant{granted: true}
+	}
+	return slotGrant{ahead: ahead}
+}
+
+// wait puts a session waiting with seq in the queue, or renews its place.
+func (t *slotTable) wait(session string, seq uint64, now time.Time) {
+	w := slotWaiter{Session: session, Seq: seq, Expires: now.Add(queueTTL)}
+	if i := t.waiter(session); i >= 0 {
+		w.Seq = min(w.Seq, t.Queue[i].Seq)
+		t.Queue[i] = w
+		return
+	}
+	t.Queue = append(t.Queue, w)
+}
+
+// renew extends the session's slot; held is false when this worker holds
+// none for it any more (it lapsed and went to another run, or to another
+// worker that took the session over).
 func (s *slots) renew(ctx context.Context, ref streams.SessionRef, slot record.Slot) (held bool, err error) {
 	err = s.change(ctx, ref.Agent, slot, func(t *slotTable, now time.Time) bool {
 		i := t.holder(ref.Session)
-		if held = i >= 0; held {
+		if held = i >= 0 && t.Holders[i].Owner == s.owner; held {
 			t.Holders[i].Owner, t.Holders[i].Expires = s.owner, now.Add(s.ttl)
 		}
 		return held
@@ -158,10 +193,14 @@ func (s *slots) renew(ctx context.Context, ref streams.SessionRef, slot record.S
 	return held, err
 }
 
-// release gives the session's slot back, and its place in the queue.
+// release gives the session's slot back, if this worker holds it, and
+// its place in the queue.
 func (s *slots) release(ctx context.Context, ref streams.SessionRef, slot record.Slot) error {
 	return s.change(ctx, ref.Agent, slot, func(t *slotTable, _ time.Time) bool {
 		h, w := t.holder(ref.Session), t.waiter(ref.Session)
+		if h >= 0 && t.Holders[h].Owner != s.owner {
+			h = -1 // another worker runs the session now
+		}
 		if h >= 0 {
 			t.Holders = slices.Delete(t.Holders, h, h+1)
 		}

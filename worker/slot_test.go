@@ -78,3 +78,45 @@ func TestSlotTable(t *testing.T) {
 		t.Fatalf("another key: %+v %v", g, err)
 	}
 }
+
+// A slot is the session's lease holder's: a worker that only asks for a
+// queued session (wait) takes none; the worker that takes the session
+// over takes its slot; the worker that lost it can neither renew nor
+// release it.
+func TestSlotBelongsToTheLeaseHolder(t *testing.T) {
+	ctx := context.Background()
+	s1 := slotsOf(t, "w1", time.Minute)
+	s2 := *s1
+	s2.owner = "w2"
+	slot := record.Slot{Limit: 1}
+	ref := func(name string) streams.SessionRef { r, _ := streams.NewSessionRef("a", name); return r }
+	if g, err := s1.acquire(ctx, ref("x"), slot, 1); err != nil || !g.granted {
+		t.Fatalf("w1 takes x's slot: %+v %v", g, err)
+	}
+	// w2 got a delivery of x and of y: asking takes nothing.
+	if g, err := s2.wait(ctx, ref("x"), slot, 1); err != nil || !g.granted {
+		t.Fatalf("w2 asks for x: %+v %v", g, err)
+	}
+	if g, err := s2.wait(ctx, ref("y"), slot, 2); err != nil || g.granted {
+		t.Fatalf("w2 asks for y: %+v %v", g, err)
+	}
+	if hs, _ := s1.holders(ctx, "a", slot); len(hs) != 1 || hs[0] != "x" {
+		t.Fatalf("holders after asking: %v", hs)
+	}
+	// w2 takes x over (w1's lease lapsed): x's slot is w2's now.
+	if g, err := s2.acquire(ctx, ref("x"), slot, 1); err != nil || !g.granted {
+		t.Fatalf("w2 takes x over: %+v %v", g, err)
+	}
+	if held, err := s1.renew(ctx, ref("x"), slot); err != nil || held {
+		t.Fatalf("w1 renews x's slot: held %v, %v", held, err)
+	}
+	if err := s1.release(ctx, ref("x"), slot); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := s1.holders(ctx, "a", slot); len(hs) != 1 || hs[0] != "x" {
+		t.Fatalf("w1's release freed w2's slot: holders %v", hs)
+	}
+	if g, err := s2.acquire(ctx, ref("y"), slot, 2); err != nil || g.granted {
+		t.Fatalf("y while x runs: %+v %v", g, err)
+	}
+}

@@ -128,3 +128,25 @@ func TestMissingModelKeyFailsTheRun(t *testing.T) {
 		t.Fatalf("transcript %s, want %s", got, want)
 	}
 }
+
+// budget.max_cost_usd ends the run whose spend reaches it before its next
+// step: the call the model asked for is answered "not run".
+func TestRunCostBudget(t *testing.T) {
+	e := setup(t)
+	led := &ledger{path: t.TempDir() + "/ledger"}
+	m := dollars(3, "Noting.", "Noting again.", "Noted.")
+	for i := range 2 {
+		m.Script[i].ToolCalls = []policies.ScriptToolCall{{Name: "ledger"}}
+	}
+	def := policies.Definition{Name: "costly", Tools: []string{"ledger"}, Model: m, Budget: policies.Budget{MaxCostUSD: 5}}
+	e.start(t, worker.Config{Definitions: defs{"costly": def}, Agents: []string{"costly"}, Tools: worker.ToolMap{"ledger": led}})
+	ref := e.ref(t, "costly", "s1")
+	e.send(t, ref, "go")
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
+	if !strings.Contains(tr.Reason, "max_cost_usd 5.0000 reached in this run (6.0000 spent)") {
+		t.Fatalf("reason %q", tr.Reason)
+	}
+	if got, want := kinds(tr), "user,assistant,tool_call,tool_result,assistant,tool_call,system,tool_result"; got != want {
+		t.Fatalf("transcript %s, want %s", got, want)
+	}
+}

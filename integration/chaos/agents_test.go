@@ -19,7 +19,35 @@ const (
 	agentTicker   = "ticker"   // schedule ticks only
 	agentLead     = "lead"     // user requests, each delegated to two helpers at once
 	agentHelper   = "helper"   // delegations only, a session per delegate call
+	agentBurst    = "burst"    // user requests in bursts, debounced into one event per burst
+	agentLimited  = "limited"  // user requests, at most limitedRuns runs at once
 )
+
+// limitedRuns is the limited agent's concurrency limit.
+const limitedRuns = 2
+
+// intervalsOf is the file where the limited agent's tool calls note when
+// they began and ended, beside the ledger.
+func intervalsOf(ledger string) string { return ledger + ".intervals" }
+
+// timedCommand is ledgerCommand noting, in the intervals file, when the
+// call began and ended (nanoseconds of the machine's clock, which every
+// process shares): the checker counts the calls that overlapped.
+func timedCommand(ledger string) string {
+	iv := intervalsOf(ledger)
+	return fmt.Sprintf(`echo "begin $JETLOOP_SESSION $JETLOOP_CALL_ID $(date +%%s%%N)" >> '%[1]s' && echo "$JETLOOP_AGENT $JETLOOP_SESSION $JETLOOP_CALL_ID" >> '%[2]s' && sleep 0.3 && echo "end $JETLOOP_SESSION $JETLOOP_CALL_ID $(date +%%s%%N)" >> '%[1]s'`, iv, ledger)
+}
+
+// timedScript is script calling timedCommand.
+func timedScript(ledger string) policies.Model {
+	m := script(ledger)
+	for i := range m.Script {
+		for j := range m.Script[i].ToolCalls {
+			m.Script[i].ToolCalls[j].Args = map[string]any{"command": timedCommand(ledger)}
+		}
+	}
+	return m
+}
 
 // repo is the repository of every pull request of the workload.
 const repo = "chaos/repo"
@@ -124,6 +152,15 @@ func definitions(ledger string, schedules bool, gh *ghapp.Settings) []policies.D
 			Triggers: []policies.Trigger{{Name: "request", When: `event.type == "dev.jetloop.request"`, Session: `event.subject`}},
 		},
 		{Name: agentHelper, Model: script(ledger), Tools: []string{"shell"}, Budget: budget, Reads: []string{"task", "note"}},
+		{
+			Name: agentBurst, Model: script(ledger), Tools: []string{"shell"}, Budget: budget,
+			Triggers: []policies.Trigger{{Name: "request", When: `event.type == "dev.jetloop.request"`, Session: `event.subject`,
+				Debounce: &policies.Debounce{Window: policies.Duration(2 * time.Second), MaxWait: policies.Duration(6 * time.Second)}}},
+		},
+		{
+			Name: agentLimited, Model: timedScript(ledger), Tools: []string{"shell"}, Budget: budget,
+			Concurrency: &policies.Concurrency{Limit: limitedRuns},
+		},
 	}
 	if schedules {
 		defs[2].Schedules = []policies.Schedule{

@@ -165,8 +165,21 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		recorded[k] = ids
 	}
 	answered := map[string]bool{}
+	bursts := map[ref]*burstIDs{}
 	for _, d := range sent {
 		if d.kind == sendControl {
+			continue
+		}
+		if d.agent == agentBurst {
+			// Debounced: proved by burst below.
+			k := ref{d.agent, d.session}
+			if bursts[k] == nil {
+				bursts[k] = &burstIDs{ok: map[string]bool{}, tried: map[string]bool{}}
+			}
+			bursts[k].tried[d.id] = true
+			if d.ok {
+				bursts[k].ok[d.id] = true
+			}
 			continue
 		}
 		r.add(d.kind+" deliveries", 1)
@@ -194,6 +207,11 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		default:
 			r.violate(k, "%s event %s is in the transcript %d times", d.kind, d.id, n)
 		}
+	}
+
+	checkBursts(r, bursts)
+	if err := checkConcurrency(r, intervalsOf(s.ledger)); err != nil {
+		return nil, err
 	}
 
 	// Every control message answered 2xx was applied once: one control or
@@ -254,6 +272,130 @@ func check(ctx context.Context, s *system, sent []sent) (*report, error) {
 		}
 	}
 	return r, nil
+}
+
+// burstIDs are the requests sent to one session of the debounced agent:
+// every id tried, and those answered 2xx.
+type burstIDs struct{ ok, tried map[string]bool }
+
+// checkBursts proves every burst of the debounced agent ran once and
+// counted its events once: each event entry of a burst session stands
+// for a burst (its count, 1 for a single event) whose latest event is one
+// that was sent and appears in no other entry; and the counts add up to
+// every request answered 2xx, plus at most those never answered 2xx (a
+// request stored in its burst whose answer a fault lost, retried past its
+// attempts).
+func checkBursts(r *report, sent map[ref]*burstIDs) {
+	for k, ids := range sent {
+		tr, ok := r.sessions[k]
+		if !ok {
+			if len(ids.ok) > 0 {
+				r.violate(k, "%d requests answered 2xx, and the session does not exist", len(ids.ok))
+				r.unsettled = append(r.unsettled, k.String()+" does not exist yet")
+			}
+			continue
+		}
+		total, seen := 0, map[string]bool{}
+		for _, e := range tr.Transcript {
+			if (e.Kind != record.KindEvent && e.Kind != record.KindUser) || e.Event == nil {
+				continue
+			}
+			n := max(1, e.Event.Count)
+			total += n
+			r.add("bursts run", 1)
+			r.add("burst requests in them", n)
+			if seen[e.Event.ID] {
+				r.violate(k, "the burst of latest event %s ran twice", e.Event.ID)
+			}
+			seen[e.Event.ID] = true
+			if !ids.tried[e.Event.ID] {
+				r.violate(k, "a burst's latest event %s was never sent", e.Event.ID)
+			}
+		}
+		if total < len(ids.ok) || total > len(ids.tried) {
+			r.violate(k, "its bursts count %d requests; %d were answered 2xx, %d sent", total, len(ids.ok), len(ids.tried))
+			if total < len(ids.ok) {
+				r.unsettled = append(r.unsettled, fmt.Sprintf("%s has run %d of its %d burst requests", k, total, len(ids.ok)))
+			}
+		}
+	}
+}
+
+// checkConcurrency proves the limited agent never ran more than its limit
+// of runs at once: its tool calls, which run inside its runs, note when
+// they began and ended, and no more than limitedRuns of them overlap.
+// A call with no end (stopped by a fault) or settled as interrupted is
+// left out: its worker lost the session, and with it its slot, while the
+// call may have gone on.
+func checkConcurrency(r *report, path string) error {
+	lines, err := readLines(path)
+	if err != nil {
+		return err
+	}
+	type span struct{ begin, end int64 }
+	spans := map[string]*span{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		t, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+		if err != nil {
+			continue
+		}
+		key := strings.Join(f[1:len(f)-1], " ") // session call
+		sp := spans[key]
+		if sp == nil {
+			sp = &span{}
+			spans[key] = sp
+		}
+		switch f[0] {
+		case "begin":
+			sp.begin = t
+		case "end":
+			sp.end = t
+		}
+	}
+	interrupted := map[string]bool{}
+	for k, tr := range r.sessions {
+		if k.agent != agentLimited {
+			continue
+		}
+		for _, e := range tr.Transcript {
+			if e.Kind == record.KindToolResult && e.IsError {
+				interrupted[k.session+" "+e.CallID] = true
+			}
+		}
+	}
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for key, sp := range spans {
+		if sp.begin == 0 || sp.end == 0 || interrupted[key] {
+			r.add("limited calls left out (cut by a fault)", 1)
+			continue
+		}
+		r.add("limited calls timed", 1)
+		edges = append(edges, edge{sp.begin, 1}, edge{sp.end, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta < edges[j].delta // an end before a begin at the same instant
+	})
+	now, most := 0, 0
+	for _, e := range edges {
+		now += e.delta
+		most = max(most, now)
+	}
+	r.add(fmt.Sprintf("limited calls at once, at most (limit %d)", limitedRuns), most)
+	if most > limitedRuns {
+		r.violate(ref{agent: agentLimited}, "%d of its runs went on at once, over its limit of %d", most, limitedRuns)
+	}
+	return nil
 }
 
 // checkDelegations proves every delegated session ran once and every

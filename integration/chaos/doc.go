@@ -2,7 +2,9 @@
 // several ingest, worker and cron processes on loopback, each a process of
 // its own, under a workload of signed GitHub webhooks, user requests with
 // Idempotency-Keys (a quarter of them to a lead agent that delegates each
-// to two helpers at once), control messages and schedule ticks against
+// to two helpers at once; bursts of them, 250 ms apart, to an agent that
+// debounces them; more of them than it may run at once to an agent with a
+// concurrency limit of two), control messages and schedule ticks against
 // scripted agents whose replay-unsafe shell tool appends to a ledger,
 // while faults hit random processes every few seconds: kill -9 (then a
 // restart) and SIGSTOP/SIGCONT, NATS nodes included.
@@ -20,7 +22,15 @@
 //   - every delegated session (the lead agent delegates each request to
 //     two helpers at once) started once, its parent recorded the call as
 //     delegated to it, and every delegate call has exactly one result; no
-//     session is left waiting for a child.
+//     session is left waiting for a child;
+//   - every debounced burst ran once: each burst session's event entries
+//     stand for bursts whose latest events were sent and appear once, and
+//     their counts add up to the requests answered 2xx (plus at most those
+//     never answered 2xx, which a fault may have stored);
+//   - the concurrency-limited agent never ran more than its limit at
+//     once: its tool calls note when they began and ended, and no more
+//     than two overlap (a call cut by a fault is left out: its worker lost
+//     the session, and its slot, while it may have gone on).
 //
 // A violation fails the test and prints the session.
 //

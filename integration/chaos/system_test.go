@@ -84,6 +84,9 @@ func startSystem(t *testing.T, ctx context.Context, cfg config, dir string) *sys
 	jetloop := build(t, bins, "../../cmd/jetloop", "jetloop")
 	node := build(t, bins, "./chaosnode", "chaosnode")
 	s := &system{dir: dir, ledger: filepath.Join(dir, "ledger.txt"), names: streams.Default()}
+	if err := os.WriteFile(intervalsOf(s.ledger), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(s.ledger, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

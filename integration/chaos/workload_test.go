@@ -128,7 +128,9 @@ func (w *workload) run(ctx context.Context) {
 		loop(500*time.Millisecond, w.github)
 		loop(600*time.Millisecond, w.request)
 		loop(900*time.Millisecond, w.control)
+		loop(400*time.Millisecond, w.limited)
 	}
+	loop(2*time.Second, w.burst)
 	loop(6*time.Second, w.doomed)
 	wg.Wait()
 }
@@ -220,6 +222,41 @@ func (w *workload) sendRequest(ctx context.Context, d *sent) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Idempotency-Key", d.id)
 	w.deliver(ctx, d, "/v1/agents/"+url.PathEscape(d.agent)+"/sessions/"+url.PathEscape(d.session)+"/messages", h)
+}
+
+// limited sends a user request to one of the sessions of the agent whose
+// runs are limited, more of them than it may run at once.
+func (w *workload) limited(ctx context.Context) {
+	w.mu.Lock()
+	body, _ := json.Marshal(map[string]string{"text": "limited " + uuid.NewString()[:8]})
+	d := &sent{kind: sendRequest, id: uuid.NewString(), agent: agentLimited, session: fmt.Sprintf("lim-%d", w.rng.IntN(3*limitedRuns)), body: body}
+	w.sent = append(w.sent, d)
+	w.mu.Unlock()
+	w.sendRequest(ctx, d)
+}
+
+// burst sends a burst of three to five user requests, 250 ms apart, to
+// one session of the debounced agent: each is answered 2xx, and the
+// session gets one event for the burst (or more, split by the window's
+// end or max_wait).
+func (w *workload) burst(ctx context.Context) {
+	n := 3 + w.intn(3)
+	session := fmt.Sprintf("burst-%d", w.intn(4))
+	for i := range n {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		w.mu.Lock()
+		body, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("burst %d of %d", i+1, n)})
+		d := &sent{kind: sendRequest, id: uuid.NewString(), agent: agentBurst, session: session, body: body}
+		w.sent = append(w.sent, d)
+		w.mu.Unlock()
+		w.sendRequest(ctx, d)
+	}
 }
 
 // control steers, interrupts or resumes a session that has had an event,
