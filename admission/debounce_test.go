@@ -233,3 +233,27 @@ triggers:
 		}
 	}
 }
+
+// A throttle key that reads event.data is evaluated over the decoded
+// data, although no other expression of the trigger reads it: two
+// repositories' first events each go at once, in queues of their own.
+func TestThrottleKeyReadsData(t *testing.T) {
+	e := setup(t)
+	def := compile(t, `name: thrd
+model: {provider: scripted}
+triggers:
+  - name: push
+    when: event.type == "com.github.push"
+    session: "'main'"
+    throttle: {per_minute: 1, key: event.data.repo}
+`)
+	a := newAdmitter(t, e, nil, def)
+	ctx := context.Background()
+	for i, repo := range []string{"octo/a", "octo/b"} {
+		ev := ghEvent(fmt.Sprint("d", i), "com.github.push", fmt.Sprintf(`{"repo": %q}`, repo))
+		ds, err := a.Decide(ctx, ev)
+		if err != nil || len(ds) != 1 || ds[0].Outcome != admission.Admitted {
+			t.Fatalf("first event of %s: %+v %v, want admitted", repo, ds, err)
+		}
+	}
+}

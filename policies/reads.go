@@ -17,9 +17,9 @@ func (c *Compiled) ReadsData() bool {
 }
 
 // ReadsData reports whether the trigger's condition, session, rate key,
-// debounce key, payload or prompt may read event.data.
+// debounce key, throttle key, payload or prompt may read event.data.
 func (t *CompiledTrigger) ReadsData() bool {
-	for _, x := range []*Expr{t.When, t.Session, t.RateKey, t.DebounceKey, t.payload} {
+	for _, x := range t.exprs() {
 		if x != nil && x.readsData {
 			return true
 		}
@@ -32,6 +32,12 @@ func (t *CompiledTrigger) ReadsData() bool {
 		}
 	}
 	return false
+}
+
+// exprs are the trigger's expressions over `event` but its prompt's:
+// every one admission evaluates.
+func (t *CompiledTrigger) exprs() []*Expr {
+	return []*Expr{t.When, t.Session, t.RateKey, t.DebounceKey, t.ThrottleKey, t.payload}
 }
 
 // readsEventData reports whether a checked expression may read
