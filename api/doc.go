@@ -2,8 +2,11 @@
 // jl.api.<endpoint>, with one endpoint per CLI verb (agents, apply, send,
 // status, show, steer, interrupt, resume, cancel, approve, deny, fork,
 // schedules, events, dlq, and an agent's versions: history, definition,
-// diff, rollback, rollout), and the HTTP routes that expose the same operations
-// (POST /v1/agents/{agent}/sessions/{session}/control, GET /v1/sessions).
+// diff, rollback, rollout), and the HTTP routes that expose the same
+// operations (MountHTTP: control, the paged status list, show, context,
+// blobs, agents, history, schedules, events, dead letters) with the status
+// stream (server-sent events of jl.status.>), which the dashboard (package
+// ui) calls with its session cookie in place of the bearer token.
 //
 // The CLI is one client of it (Client); an orchestrating agent is another:
 // everything a person can do with `jetloop …` is a request on NATS. Requests

@@ -5,8 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,11 +20,32 @@ type HTTPConfig struct {
 	// Token is the bearer token every route requires. Empty: the routes
 	// answer 503 (not configured).
 	Token string
+	// Sessions, when set, also admits requests without an Authorization
+	// header that it authenticates: the dashboard's, by their session
+	// cookie (package ui), which must carry its CSRF token to change
+	// anything. Nil: the bearer token alone.
+	Sessions Authenticator
 	// Gate admits a request, once its token is checked, from its verified
 	// pool and reads the body at its minimum rate within the request's
 	// deadline. Share the listener's gate. Nil: a gate of its own, with
 	// package gate's defaults.
 	Gate *gate.Gate
+	// Stop ends the status streams when it is closed (the process
+	// stops), so the listener's graceful shutdown does not wait for
+	// them; nil: they end when their clients go.
+	Stop <-chan struct{}
+	// MaxStreams bounds the status streams served at once; default
+	// DefaultMaxStreams.
+	MaxStreams int
+}
+
+// Authenticator authenticates a request that carries no bearer token,
+// by what else it carries (a session cookie): nil admits it; an *Error
+// (401, 403) refuses it with its code. A request that would change
+// something (any method but GET and HEAD) must also prove it comes from
+// the page the session was given (a CSRF token).
+type Authenticator interface {
+	Authenticate(r *http.Request) error
 }
 
 // HTTPControl is the body of POST /v1/agents/{agent}/sessions/{session}/control.
@@ -38,47 +57,82 @@ type HTTPControl struct {
 	As     string       `json:"as,omitempty"`
 }
 
-// MountHTTP registers the API's HTTP routes on mux:
+// MountHTTP registers the API's HTTP routes on mux, each the operation of
+// the NATS endpoint it names (a session name, which may hold "/" and "#",
+// percent-encoded in the path):
 //
-//	POST /v1/agents/{agent}/sessions/{session}/control   bearer token → control message (202 with ControlResponse)
-//	GET  /v1/sessions[?agent=A&status=S&since=T&limit=N&cursor=C]                  bearer token → StatusResponse
-//	GET  /v1/agents/{agent}/sessions/{session}/context   bearer token → ContextResponse
+//	POST /v1/agents/{agent}/sessions/{session}/control    → ControlResponse, 202 (steer … fork)
+//	GET  /v1/sessions[?agent&status&since&limit&cursor]     → StatusResponse (status, paged)
+//	GET  /v1/sessions/stream[?agent&session&status]         → text/event-stream of status changes (jl.status.>)
+//	GET  /v1/agents/{agent}/sessions/{session}[?from&limit] → ShowResponse (show)
+//	GET  /v1/agents/{agent}/sessions/{session}/context    → ContextResponse (context)
+//	GET  /v1/agents/{agent}/sessions/{session}/blobs/{handle}[?offset&limit] → BlobResponse
+//	GET  /v1/agents                                         → AgentsResponse (agents)
+//	GET  /v1/agents/{agent}/history                         → HistoryResponse (agents history)
+//	GET  /v1/schedules                                      → SchedulesResponse (schedules)
+//	POST /v1/agents/{agent}/schedules/{schedule}/{action}   → SchedulesResponse (schedules resume|suspend|trigger)
+//	GET  /v1/events[?agent&since&limit]                     → EventsResponse (events)
+//	GET  /v1/dlq[?reason&agent&since&from&limit]            → DLQResponse (dlq ls)
+//	GET  /v1/dlq/{seq}                                      → DLQResponse (dlq show)
+//	POST /v1/dlq/{seq}/redrive                              → DLQResponse (dlq redrive)
 //
-// A control request's Idempotency-Key header is the message id: a retry
-// with the same key inside JL_CTL's duplicate window is stored once.
-// Errors answer {"code": ..., "message": ...} with the code as status.
+// Every route takes the bearer token, or a session of cfg.Sessions. A
+// control request's Idempotency-Key header is the message id: a retry
+// with the same key is answered as the first. A query parameter a route
+// does not take, or one given twice, is refused with 400. Errors answer
+// {"code": ..., "message": ...} with the code as status.
 func (s *Service) MountHTTP(mux *http.ServeMux, cfg HTTPConfig) {
 	if cfg.Gate == nil {
 		cfg.Gate, _ = gate.New(gate.Config{})
 	}
-	mux.Handle("POST /v1/agents/{agent}/sessions/{session}/control", s.httpRoute("control", cfg, maxControlBody, s.httpControl))
-	mux.Handle("GET /v1/sessions", s.httpRoute("sessions", cfg, 0, s.httpSessions))
-	mux.Handle("GET /v1/agents/{agent}/sessions/{session}/context", s.httpRoute("context", cfg, 0, s.httpContext))
-}
-
-func (s *Service) httpContext(ctx context.Context, r *http.Request, _ []byte) (int, any, error) {
-	resp, err := s.sessionContext(ctx, ContextRequest{Agent: r.PathValue("agent"), Session: r.PathValue("session")})
-	if err != nil {
-		return 0, nil, err
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
 	}
-	return http.StatusOK, resp, nil
+	session := "/v1/agents/{agent}/sessions/{session}"
+	mux.Handle("POST "+session+"/control", s.httpRoute("control", cfg, maxControlBody, s.httpControl))
+	mux.Handle("GET /v1/sessions", s.httpRoute("sessions", cfg, 0, s.httpSessions))
+	mux.Handle("GET /v1/sessions/stream", s.streamRoute(cfg))
+	mux.Handle("GET "+session, s.httpRoute("show", cfg, 0, s.httpShow))
+	mux.Handle("GET "+session+"/context", s.httpRoute("context", cfg, 0, s.httpContext))
+	mux.Handle("GET "+session+"/blobs/{handle}", s.httpRoute("blob", cfg, 0, s.httpBlob))
+	mux.Handle("GET /v1/agents", s.httpRoute("agents", cfg, 0, s.httpAgents))
+	mux.Handle("GET /v1/agents/{agent}/history", s.httpRoute("history", cfg, 0, s.httpHistory))
+	mux.Handle("GET /v1/schedules", s.httpRoute("schedules", cfg, 0, s.httpSchedules))
+	mux.Handle("POST /v1/agents/{agent}/schedules/{schedule}/{action}", s.httpRoute("schedules", cfg, 4<<10, s.httpScheduleAction))
+	mux.Handle("GET /v1/events", s.httpRoute("events", cfg, 0, s.httpEvents))
+	mux.Handle("GET /v1/dlq", s.httpRoute("dlq", cfg, 0, s.httpDLQ))
+	mux.Handle("GET /v1/dlq/{seq}", s.httpRoute("dlq", cfg, 0, s.httpDLQShow))
+	mux.Handle("POST /v1/dlq/{seq}/redrive", s.httpRoute("dlq", cfg, 4<<10, s.httpDLQRedrive))
 }
 
-// httpRoute wraps a route with the bearer check, a slot from the gate's
-// verified pool, the body (at most maxBody bytes, read at the gate's
-// minimum rate), a deadline, errors as JSON and metrics.
+// authenticate admits a request by its bearer token or, without an
+// Authorization header, by cfg's Sessions.
+func authenticate(cfg HTTPConfig, r *http.Request) error {
+	if cfg.Token == "" {
+		return errorf(http.StatusServiceUnavailable, "API token not configured (JETLOOP_API_TOKEN)")
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" && cfg.Sessions != nil {
+		return cfg.Sessions.Authenticate(r)
+	}
+	got, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+		return errorf(http.StatusUnauthorized, "missing or wrong bearer token")
+	}
+	return nil
+}
+
+// httpRoute wraps a route with the authentication (bearer token or
+// session), a slot from the gate's verified pool, the body (at most
+// maxBody bytes, read at the gate's minimum rate), a deadline, errors as
+// JSON and metrics.
 func (s *Service) httpRoute(name string, cfg HTTPConfig, maxBody int64, fn func(ctx context.Context, r *http.Request, body []byte) (int, any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		status, resp, err := func() (int, any, error) {
-			if cfg.Token == "" {
+			if err := authenticate(cfg, r); err != nil {
 				gate.Unread(w)
-				return 0, nil, errorf(http.StatusServiceUnavailable, "API token not configured (JETLOOP_API_TOKEN)")
-			}
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
-				gate.Unread(w)
-				return 0, nil, errorf(http.StatusUnauthorized, "missing or wrong bearer token")
+				return 0, nil, err
 			}
 			release, err := cfg.Gate.Admit(cfg.Gate.Verified(), r, maxBody)
 			if err != nil {
@@ -144,40 +198,4 @@ func (s *Service) httpControl(ctx context.Context, r *http.Request, body []byte)
 		return 0, nil, err
 	}
 	return http.StatusAccepted, resp, nil
-}
-
-func (s *Service) httpSessions(ctx context.Context, r *http.Request, _ []byte) (int, any, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return 0, nil, errorf(http.StatusBadRequest, "query: %v", err)
-	}
-	for k, vs := range q {
-		switch {
-		case k != "agent" && k != "status" && k != "since" && k != "limit" && k != "cursor":
-			return 0, nil, errorf(http.StatusBadRequest, "unknown query parameter %q: want agent, status, since, limit or cursor", k)
-		case len(vs) > 1:
-			return 0, nil, errorf(http.StatusBadRequest, "query parameter %q given %d times", k, len(vs))
-		}
-	}
-	req := StatusRequest{Agent: q.Get("agent"), Status: q.Get("status")}
-	if v := q.Get("since"); v != "" {
-		if req.Since, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return 0, nil, errorf(http.StatusBadRequest, "since %q: want an RFC 3339 time", v)
-		}
-	}
-	if v := q.Get("limit"); v != "" {
-		if req.Limit, err = strconv.Atoi(v); err != nil || req.Limit < 1 {
-			return 0, nil, errorf(http.StatusBadRequest, "limit %q: want a positive number", v)
-		}
-	}
-	if v := q.Get("cursor"); v != "" {
-		if req.Cursor, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return 0, nil, errorf(http.StatusBadRequest, "cursor %q: want the next of the previous page", v)
-		}
-	}
-	resp, err := s.status(ctx, req)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, resp, nil
 }

@@ -388,7 +388,7 @@ func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (Sche
 		if hs == nil {
 			hs = []schedule.Health{}
 		}
-		return SchedulesResponse{Schedules: hs}, nil
+		return SchedulesResponse{Schedules: hs, NextFires: nextFires(hs, time.Now())}, nil
 	case ScheduleResume, ScheduleSuspend:
 		if req.Agent == "" || req.Schedule == "" {
 			return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules %s: agent and schedule are required", req.Action)
@@ -407,11 +407,23 @@ func (s *Service) listSchedules(ctx context.Context, req SchedulesRequest) (Sche
 			return SchedulesResponse{}, err
 		}
 		s.log.Info("schedule "+req.Action+"d", "agent", req.Agent, "schedule", req.Schedule, "state", h.State)
-		return SchedulesResponse{Schedules: []schedule.Health{h}}, nil
+		return SchedulesResponse{Schedules: []schedule.Health{h}, NextFires: nextFires([]schedule.Health{h}, time.Now())}, nil
 	case ScheduleTrigger, ScheduleBackfill:
 		return s.fireSchedule(ctx, req)
 	}
 	return SchedulesResponse{}, errorf(http.StatusBadRequest, "schedules: unknown action %q (want %s, %s, %s or %s)", req.Action, ScheduleResume, ScheduleSuspend, ScheduleTrigger, ScheduleBackfill)
+}
+
+// nextFires are the next fires of the schedules of hs that fire, by
+// agent/schedule.
+func nextFires(hs []schedule.Health, now time.Time) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, h := range hs {
+		if t := h.NextFire(now); !t.IsZero() {
+			out[h.Agent+"/"+h.Schedule] = t
+		}
+	}
+	return out
 }
 
 // fireSchedule publishes the ticks of a trigger or a backfill.

@@ -222,7 +222,11 @@ type SchedulesRequest struct {
 // backfill published, oldest first.
 type SchedulesResponse struct {
 	Schedules []schedule.Health `json:"schedules"`
-	Ticks     []schedule.Fired  `json:"ticks,omitempty"`
+	// NextFires are when the listed schedules fire next, by
+	// "agent/schedule" (one suspended or not installed fires never and
+	// is not there).
+	NextFires map[string]time.Time `json:"next_fires,omitempty"`
+	Ticks     []schedule.Fired     `json:"ticks,omitempty"`
 }
 
 // EventsRequest reads recent admission decisions.

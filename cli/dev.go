@@ -17,6 +17,7 @@ import (
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tracing"
+	"github.com/jetloop/jetloop/ui"
 )
 
 // devConfig is the command line of `jetloop dev`.
@@ -161,7 +162,16 @@ func dev(ctx context.Context, env *Env, cfg devConfig) error {
 			return err
 		}
 		checks.SetReady(true)
-		fmt.Fprintf(env.Stdout, "jetloop ready nats=%s http=%s data=%s workers=%d\n", srv.ClientURL(), httpURL, data, cfg.workers)
+		fmt.Fprintf(env.Stdout, "jetloop ready nats=%s http=%s data=%s workers=%d ui=%s/ui/\n", srv.ClientURL(), httpURL, data, cfg.workers, httpURL)
+		if rt.ui != nil {
+			// A one-time link, on stdout only: as good as the token until
+			// it is used, so never in the log.
+			link, err := rt.ui.LoginLink(httpURL)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.Stdout, "jetloop dashboard %s (one-time sign-in link, valid %s; then sign in with the API token)\n", link, ui.DefaultLinkTTL)
+		}
 		log.Info("jetloop dev running", "nats", srv.ClientURL(), "http", httpURL, "data", data, "pid", os.Getpid())
 		<-ctx.Done()
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/jetloop/jetloop/proctree"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tracing"
+	"github.com/jetloop/jetloop/ui"
 )
 
 // shutdownGrace bounds how long a process waits for its parts to stop.
@@ -58,6 +59,9 @@ type Runtime struct {
 	requests api.Requests
 	// trees starts the tool processes of every worker of the process.
 	trees *proctree.Starter
+	// ui is the dashboard's sign-in, when this process serves the API
+	// with a token.
+	ui *ui.Auth
 	// Tracer exports the process's spans (see package tracing); it
 	// records nothing when the OTEL_* variables name no endpoint.
 	Tracer trace.TracerProvider

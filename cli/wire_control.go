@@ -21,6 +21,7 @@ import (
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools/mcp"
+	"github.com/jetloop/jetloop/ui"
 )
 
 // Files under `jetloop dev`'s --data folder holding the API token it
@@ -139,13 +140,24 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		return nil, err
 	}
 	if token == "" {
-		log.Warn("JETLOOP_API_TOKEN is not set: POST /v1/agents/{agent}/sessions/{session}/control and GET /v1/sessions answer 503")
+		log.Warn("JETLOOP_API_TOKEN is not set: the API's HTTP routes (/v1/...) answer 503 and the dashboard (/ui/) is off")
 	}
 	g, err := rt.Gate()
 	if err != nil {
 		return nil, err
 	}
-	svc.MountHTTP(rt.Mux, api.HTTPConfig{Token: token, Gate: g})
+	hc := api.HTTPConfig{Token: token, Gate: g, Stop: ctx.Done()}
+	if token != "" {
+		// The dashboard signs in with the same token, and calls the
+		// routes above with its session cookie.
+		auth, err := ui.NewAuth(token)
+		if err != nil {
+			return nil, err
+		}
+		auth.Mount(rt.Mux, rt.Log.With("component", "ui"))
+		hc.Sessions, rt.ui = auth, auth
+	}
+	svc.MountHTTP(rt.Mux, hc)
 	// Without a signing secret POST /chat/slack answers 503 (not
 	// configured), so a misconfigured app is told rather than sent a 404.
 	secret := rt.Getenv("JETLOOP_SLACK_SIGNING_SECRET")

@@ -186,18 +186,7 @@ func row(h schedule.Health, now time.Time) scheduleRow {
 		Session: h.Mode, State: h.State, LastFire: h.LastFire, LastResult: h.LastResult, LastError: h.LastError,
 		ConsecutiveFailures: h.ConsecutiveFailures, MaxFailures: h.MaxFailures, InstallError: h.InstallError,
 	}
-	if h.State == schedule.StateActive && h.InstallError == "" {
-		if p, err := schedule.ParsePattern(h.Expr, h.TimeZone, ""); err == nil {
-			next := p.Next(now)
-			// An @every schedule runs from its last fire, not the clock.
-			if strings.HasPrefix(h.Expr, "@every ") && !h.LastFire.IsZero() {
-				if n := p.Next(h.LastFire); n.After(now) {
-					next = n
-				}
-			}
-			r.NextFire = next
-		}
-	}
+	r.NextFire = h.NextFire(now)
 	return r
 }
 

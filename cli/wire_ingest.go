@@ -147,8 +147,8 @@ func mountMetrics(mux *http.ServeMux) {
 
 // devSecret returns the secret in env var name; under `jetloop dev` (a
 // data folder) without one, the secret kept in the data folder's file,
-// generated and printed the first time so `jetloop webhook` and the
-// operator can use it.
+// generated the first time (into a file only its owner reads) so
+// `jetloop webhook` and the operator can use it.
 func devSecret(rt *Runtime, name, file string) (string, error) {
 	if v := rt.Getenv(name); v != "" {
 		return v, nil
@@ -170,7 +170,8 @@ func devSecret(rt *Runtime, name, file string) (string, error) {
 	if err := os.WriteFile(path, []byte(v+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	rt.Log.Info("generated a secret; set "+name+" to choose your own", "env", name, "file", path, "value", v)
+	// The value stays in the file: a secret never goes to the log.
+	rt.Log.Info("generated a secret into its file; set "+name+" to choose your own", "env", name, "file", path)
 	return v, nil
 }
 

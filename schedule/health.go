@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,6 +58,26 @@ type Health struct {
 	// InstallError is why the reconciler could not install the schedule.
 	InstallError string    `json:"install_error,omitempty"`
 	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// NextFire is when the schedule next fires after now, as its pattern
+// says (an @every schedule counts from its last fire); zero when it does
+// not fire: suspended, or not installed.
+func (h Health) NextFire(now time.Time) time.Time {
+	if h.State != StateActive || h.InstallError != "" {
+		return time.Time{}
+	}
+	p, err := ParsePattern(h.Expr, h.TimeZone, "")
+	if err != nil {
+		return time.Time{}
+	}
+	next := p.Next(now)
+	if strings.HasPrefix(h.Expr, "@every ") && !h.LastFire.IsZero() {
+		if n := p.Next(h.LastFire); n.After(now) {
+			next = n
+		}
+	}
+	return next
 }
 
 // HealthStore reads and updates schedule health in jl_schedules. Every

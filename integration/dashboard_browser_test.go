@@ -1,0 +1,434 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
+)
+
+// Environment of the browser tests.
+const (
+	// envBrowserTests=1 makes a missing chromium a failure, not a skip:
+	// CI sets it, so the tests cannot pass there by not running.
+	envBrowserTests = "JETLOOP_BROWSER_TESTS"
+	// envChromium names the browser to drive; default chromium on PATH.
+	envChromium = "JETLOOP_CHROMIUM"
+	// envArtifacts is the folder that keeps a failed test's screenshots;
+	// default <tmp>/jetloop-artifacts.
+	envArtifacts = "JETLOOP_ARTIFACTS"
+	// envScreenshots, when set, is the folder the test writes the
+	// README's screenshots to (docs/).
+	envScreenshots = "JETLOOP_SCREENSHOTS"
+)
+
+// chromium finds the browser, or skips (fails, under CI) the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(envChromium); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no chromium on PATH (nor " + envChromium + "): the dashboard's browser tests need it (Debian: apt-get install chromium)"
+	if os.Getenv(envBrowserTests) == "1" {
+		t.Fatal(msg + "; " + envBrowserTests + "=1 requires them")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// browser is a headless chromium tab for one test, whose page errors (an
+// exception, a console error, a refused request) fail the test, and
+// whose screen is kept as an artefact when the test fails.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+	mu  sync.Mutex
+	// problems are the page's exceptions and console errors so far.
+	problems []string
+}
+
+func newBrowser(t *testing.T, path string) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 4*time.Minute)
+	b := &browser{t: t, ctx: ctx}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		var p string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			p = "exception: " + ev.ExceptionDetails.Text
+			if ev.ExceptionDetails.Exception != nil {
+				p += " " + ev.ExceptionDetails.Exception.Description
+			}
+		case *cdplog.EventEntryAdded:
+			// The browser's own reports: a refused script or style (the
+			// page's CSP), a request that failed.
+			if ev.Entry.Level == cdplog.EntryLevelError {
+				p = "log: " + ev.Entry.Text + " " + ev.Entry.URL
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				p = "console error: " + strings.Join(args, " ")
+			}
+		}
+		if p != "" {
+			b.mu.Lock()
+			b.problems = append(b.problems, p)
+			b.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium %s: %v", path, err)
+	}
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("chromium %s: enable its log: %v", path, err)
+	}
+	t.Cleanup(func() {
+		cancelTime()
+		cancelTab()
+		cancelAlloc()
+	})
+	b.use(t)
+	return b
+}
+
+// use makes t the test the tab works for (a subtest): its failures fail
+// t, and the screen is kept when t fails.
+func (b *browser) use(t *testing.T) {
+	b.t = t
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.keepScreen(t, "failed")
+		}
+	})
+}
+
+// do runs actions, failing the test with what failed.
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v%s", what, err, b.report())
+	}
+}
+
+// await waits until the JavaScript expression is true.
+func (b *browser) await(what, expr string, timeout time.Duration) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(timeout))); err != nil {
+		var text string
+		text, _ = chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector("main") ? document.querySelector("main").innerText : ""`))
+		b.t.Fatalf("%s: %v\npage:\n%s%s", what, err, text, b.report())
+	}
+}
+
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v%s", expr, err, b.report())
+	}
+	return v
+}
+
+func (b *browser) report() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.problems) == 0 {
+		return ""
+	}
+	return "\npage problems:\n" + strings.Join(b.problems, "\n")
+}
+
+// checkPage fails the test on any exception or console error the page
+// had (a blocked script or style, a failed request the page logged).
+func (b *browser) checkPage() {
+	b.t.Helper()
+	if r := b.report(); r != "" {
+		b.t.Fatal(r)
+	}
+}
+
+// keepScreen saves the tab's whole page as a PNG in the artefacts folder.
+func (b *browser) keepScreen(t *testing.T, name string) {
+	dir := os.Getenv(envArtifacts)
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "jetloop-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("artefacts folder %s: %v", dir, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	path := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot of the page: %s", path)
+}
+
+// screenshot writes the README's screenshot name when envScreenshots asks
+// for them.
+func (b *browser) screenshot(name string) {
+	dir := os.Getenv(envScreenshots)
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// gatedAgent writes a file with shell, once a person approves the call.
+const gatedAgent = `name: gated
+description: Writes a file once a person approves.
+model:
+  provider: scripted
+  script:
+    - text: Writing the file.
+      tool_calls: [{name: shell, args: {command: "echo approved > approved.txt && cat approved.txt"}}]
+      usage: {input_tokens: 420, output_tokens: 18}
+    - text: The file is written.
+      usage: {input_tokens: 510, output_tokens: 9}
+system: You write files when asked.
+tools: [shell]
+budget: {max_turns: 6, max_tokens: 5000, deadline: 5m}
+approvals:
+  - name: every-shell
+    when: tool.name == "shell"
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`
+
+// TestDashboardInBrowser drives the dashboard of `jetloop dev` in a
+// headless chromium, as a person would: the one-time link signs in; the
+// list shows a blocked session, live; its page shows the call waiting
+// for approval with its arguments; Approve runs it to done; a steer
+// typed into the page reaches the transcript before the next model
+// call; the page holds on a phone-sized screen; every control has a
+// label; the page has no error.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs jetloop and chromium")
+	}
+	path := chromium(t)
+	bin := buildJetloop(t)
+	p := startProc(t, bin, devArgs(t.TempDir())...)
+	ready := p.waitReady(time.Minute)
+	link := dashboardLink(t, p)
+	if !strings.HasPrefix(link, ready["http"]+"/ui/login?code=") || ready["ui"] != ready["http"]+"/ui/" {
+		t.Fatalf("dashboard link %q, ready %v", link, ready)
+	}
+	url := ready["nats"]
+	c, err := policies.Parse("gated.yaml", []byte(gatedAgent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAgent(t, url, c.Definition)
+	send := func(session, text string) {
+		t.Helper()
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			_, err := jetloopCmd(t, bin, "send", "--server", url, "gated", session, text)
+			return err
+		})
+	}
+	waitShow := func(ref, status string) showJSON {
+		t.Helper()
+		var s showJSON
+		natstest.WaitFor(t, time.Minute, func() error {
+			var err error
+			if s, err = show(t, bin, url, ref); err != nil {
+				return err
+			}
+			if s.Status != status {
+				return fmt.Errorf("%s is %s, want %s", ref, s.Status, status)
+			}
+			return nil
+		})
+		return s
+	}
+
+	b := newBrowser(t, path)
+	b.do("open the one-time link", chromedp.Navigate(link))
+	b.await("signed in, the sessions list", `location.pathname === "/ui/" && !!document.querySelector("h1") && document.querySelector("h1").textContent.startsWith("Sessions")`, 30*time.Second)
+	b.await("the list is live", `document.querySelector(".live.on") !== null`, 30*time.Second)
+
+	// A session of the example agent runs to done, and one blocks for
+	// approval while the list is open: both show up, without a reload.
+	if _, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "demo", "d1", "note this"); err != nil {
+		t.Fatal(err)
+	}
+	b.await("the finished session in the list", `(() => { const r = document.querySelector('tr[data-key="demo/d1"]'); return !!r && r.querySelector(".badge").textContent === "done"; })()`, 30*time.Second)
+	send("s1", "write the file")
+	waitShow("gated/s1", "blocked")
+	b.await("the blocked session in the list", `(() => { const r = document.querySelector('tr[data-key="gated/s1"]'); return !!r && r.querySelector(".badge").textContent === "blocked" && r.textContent.includes("call_"); })()`, 30*time.Second)
+	b.screenshot("dashboard-sessions.png")
+	b.checkPage()
+
+	t.Run("approve", func(t *testing.T) {
+		b.use(t)
+		b.do("open the session", chromedp.Click(chromedp.CSS(`tr[data-key="gated/s1"] a`)))
+		b.await("the call waiting for approval, with its arguments", `(() => { const s = document.querySelector("section.approval"); return !!s && s.querySelector("pre").textContent.includes("echo approved > approved.txt"); })()`, 30*time.Second)
+		b.await("the timeline read", `document.querySelectorAll(".timeline li").length >= 4`, 30*time.Second)
+		if got := eval[string](b, `document.querySelector("section.approval h2").textContent`); got != "Approval: shell" {
+			t.Fatalf("approval heading %q", got)
+		}
+		b.await("the budget bars", `document.querySelectorAll(".budget meter").length >= 3`, 10*time.Second)
+		b.screenshot("dashboard-session.png")
+		b.do("press Approve", chromedp.Click(chromedp.CSS(`section.approval button.primary`)))
+		b.await("the session runs to done", `document.querySelector("h1 .badge") && document.querySelector("h1 .badge").textContent === "done"`, time.Minute)
+		b.await("the tool's result in the timeline", `[...document.querySelectorAll('.timeline li[data-kind="tool_result"] pre')].some((p) => p.textContent.includes("approved"))`, 30*time.Second)
+		s := waitShow("gated/s1", "done")
+		res := toolResults(s.Transcript, "shell")
+		if len(res) != 1 || res[0]["is_error"] != false || !strings.Contains(res[0]["result"].(string), "approved") {
+			t.Fatalf("shell results %v, want the approved call's output once", res)
+		}
+		var approved bool
+		for _, e := range s.Transcript {
+			if e["kind"] == "control" && e["name"] == "approve" {
+				approved = true
+			}
+		}
+		if !approved {
+			t.Fatalf("no approve in the transcript: %v", s.Transcript)
+		}
+		b.checkPage()
+	})
+
+	t.Run("steer", func(t *testing.T) {
+		b.use(t)
+		send("s2", "write another file")
+		waitShow("gated/s2", "blocked")
+		b.do("open the second session", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s2"))
+		b.await("its page", `!!document.querySelector("#steer-text") && !!document.querySelector("section.approval") && document.querySelectorAll(".timeline li").length >= 4`, 30*time.Second)
+		const text = "Keep the file short, please."
+		b.do("type a steer", chromedp.SendKeys(chromedp.ID("steer-text"), text))
+		b.do("send it", chromedp.Click(chromedp.CSS(`form:has(#steer-text) button[type="submit"]`)))
+		b.await("the steer waits for the next model call", `document.querySelector(".facts") && document.querySelector(".facts").textContent.includes("`+text+`")`, 30*time.Second)
+		b.do("approve", chromedp.Click(chromedp.CSS(`section.approval button.primary`)))
+		b.await("the steer in the timeline", `[...document.querySelectorAll('.timeline li[data-kind="control"]')].some((li) => li.textContent.includes("`+text+`"))`, time.Minute)
+		b.await("done", `document.querySelector("h1 .badge").textContent === "done"`, time.Minute)
+		s := waitShow("gated/s2", "done")
+		steer, answer := -1, -1
+		for i, e := range s.Transcript {
+			if e["kind"] == "control" && e["name"] == "steer" && e["text"] == text {
+				steer = i
+			}
+			if e["kind"] == "assistant" && e["text"] == "The file is written." {
+				answer = i
+			}
+		}
+		if steer < 0 || answer < steer {
+			b, _ := json.MarshalIndent(s.Transcript, "", "  ")
+			t.Fatalf("the steer (entry %d) is not in the transcript before the next model call's answer (%d):\n%s", steer, answer, b)
+		}
+		b.checkPage()
+	})
+
+	t.Run("views", func(t *testing.T) {
+		b.use(t)
+		for _, v := range []struct{ hash, ready string }{
+			{"#/agents", `document.querySelector("h1").textContent === "Agents" && document.querySelector("tbody") && document.querySelector("tbody").textContent.includes("gated")`},
+			{"#/schedules", `document.querySelector("h1").textContent === "Schedules" && document.querySelector("tbody") && document.querySelector("tbody").textContent.includes("monitor/health")`},
+			{"#/events", `document.querySelector("h1").textContent.startsWith("Admission decisions") && document.querySelector("tbody") && document.querySelector("tbody").textContent.includes("gated")`},
+			{"#/dlq", `document.querySelector("h1").textContent === "Dead letters" && !!document.querySelector("main p, main table")`},
+			{"#/sessions?status=done", `document.querySelector('tr[data-key="gated/s1"]') !== null && document.querySelector('tr[data-key="gated/s2"]') !== null`},
+		} {
+			b.do("open "+v.hash, chromedp.Navigate(ready["http"]+"/ui/"+v.hash))
+			b.await(v.hash, v.ready, 30*time.Second)
+			// Every control is labelled, for keyboards and screen readers.
+			if bad := eval[[]string](b, `[...document.querySelectorAll("input:not([type=hidden]), select, textarea")].filter((el) => !el.labels.length && !el.getAttribute("aria-label")).map((el) => el.outerHTML)`); len(bad) > 0 {
+				t.Fatalf("%s: controls without a label: %v", v.hash, bad)
+			}
+		}
+		b.do("open the context", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s1"))
+		b.await("the session page, read", `document.querySelectorAll(".timeline li").length >= 5`, 30*time.Second)
+		// By keyboard: the summary takes the focus and Enter opens it.
+		b.do("expand the context", chromedp.Focus(chromedp.CSS(`details.panel summary`)), chromedp.KeyEvent(kb.Enter))
+		b.await("the next call's context, part by part", `[...document.querySelectorAll("details.panel tbody tr")].length >= 3`, 30*time.Second)
+		b.checkPage()
+	})
+
+	t.Run("phone", func(t *testing.T) {
+		b.use(t)
+		b.do("a phone-sized screen", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(ready["http"]+"/ui/#/sessions"))
+		b.await("the list", `document.querySelector('tr[data-key="gated/s1"]') !== null`, 30*time.Second)
+		if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+			t.Fatalf("the list is %dpx wider than a phone's screen", w)
+		}
+		b.do("a session", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s1"))
+		b.await("its timeline", `document.querySelectorAll(".timeline li").length >= 5`, 30*time.Second)
+		if w := eval[int](b, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+			t.Fatalf("the session page is %dpx wider than a phone's screen", w)
+		}
+		b.checkPage()
+	})
+}
+
+// dashboardLink reads the one-time link `jetloop dev` prints after its
+// ready line.
+func dashboardLink(t *testing.T, p *proc) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-p.lines:
+			if rest, ok := strings.CutPrefix(line, "jetloop dashboard "); ok {
+				return strings.Fields(rest)[0]
+			}
+		case <-timeout:
+			t.Fatalf("no dashboard link printed\nstderr:\n%s", p.Stderr())
+		}
+	}
+}
