@@ -40,7 +40,7 @@ import (
 func workerCommands() []command {
 	return []command{
 		{name: "send", summary: "send a message to a session: send AGENT SESSION TEXT", run: runSend},
-		{name: "status", summary: "list sessions: status, since when, turns, tokens, cost, what blocked ones wait for", run: runStatus},
+		{name: "status", summary: "list sessions: status, since when, turns, tokens, cost, what blocked ones wait for; --tree as delegation trees", run: runStatus},
 		{name: "show", summary: "print a session's state, budget and transcript: show AGENT/SESSION [--from N] [--limit N]", run: runShow},
 		{name: "context", summary: "print what a session's next model call receives, part by part, with token estimates: context AGENT/SESSION", run: runContext},
 		{name: "tail", summary: "follow a session's transcript live: tail AGENT/SESSION", run: runTail},

@@ -73,16 +73,25 @@ func showDelegated(t *testing.T, bin, url, ref string) delegatedShow {
 	return s
 }
 
-// sendWait runs `jetloop send --wait --json` and returns its answer.
+// sendWaitJSON runs `jetloop send --wait --json` and returns its answer.
+// A run that ended failed, budget_exceeded or cancelled exits 1 with the
+// answer printed all the same.
 func sendWaitJSON(t *testing.T, bin, url, agent, session, text string) map[string]any {
 	t.Helper()
 	out, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "--timeout", "2m", "--json", agent, session, text)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatalf("send --json: %v\n%s", err, out)
+	if jerr := json.Unmarshal([]byte(out), &m); jerr != nil {
+		t.Fatalf("send --json: %v, %v\n%s", err, jerr, out)
+	}
+	switch m["status"] {
+	case "failed", "budget_exceeded", "cancelled":
+		if err == nil || !strings.Contains(err.Error(), "exit status 1") {
+			t.Fatalf("send --wait of a run that ended %s: %v", m["status"], err)
+		}
+	default:
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	return m
 }
