@@ -28,6 +28,8 @@ func TestPromptInterpolation(t *testing.T) {
 		{name: "join", prompt: `"{{ event.data.items.map(x, string(x)).join(\", \") }}"`, want: "1, 2"},
 		{name: "null", prompt: `"[{{ event.data.none }}]"`, want: "[]"},
 		{name: "no interpolation", prompt: `"plain {text}"`, want: "plain {text}"},
+		{name: "literal braces", prompt: `"write {{ \"{{\" }}name}} as it is"`, want: "write {{name}} as it is"},
+		{name: "event text is not a prompt", prompt: `"Title: {{ event.data.injected }}"`, want: "Title: {{ event.data.number }}"},
 		{name: "unclosed", prompt: `"a {{ event.data"`, refused: "closing }}"},
 		{name: "go template", prompt: `"{{range .data.items}}x{{end}}"`, refused: "Go template syntax"},
 		{name: "typo", prompt: `"{{ event.tpye }}"`, refused: `no field "tpye"`},
@@ -51,7 +53,7 @@ triggers:
 				t.Fatal(err)
 			}
 			big := strings.Repeat("1,", 999) + "1"
-			vars := githubEvent(t, "x", `{"pull_request": {"title": "Fix it"}, "number": 12, "items": [1, 2], "none": null, "big": [`+big+`]}`)
+			vars := githubEvent(t, "x", `{"pull_request": {"title": "Fix it"}, "number": 12, "items": [1, 2], "none": null, "injected": "{{ event.data.number }}", "big": [`+big+`]}`)
 			got, err := c.Triggers[0].RenderPrompt(context.Background(), vars)
 			if tt.evalErr {
 				if !errors.Is(err, policies.ErrEval) {
