@@ -99,6 +99,17 @@ func TestReadEvent(t *testing.T) {
 	if got.String() != string(body) {
 		t.Fatalf("pages hold %d bytes, the event %d", got.Len(), len(body))
 	}
+	// A fork reads the events of the sessions it was forked from: its
+	// transcript is theirs up to the fork, and names their sequences.
+	fork := call(fmt.Sprintf(`{"seq": %d, "path": "pull_request.number"}`, theirs))
+	fork.Session, fork.MayRead = "other-fork", func(_ context.Context, s string) bool { return s == "other" }
+	if res, err := r.Run(ctx, "read_event", fork); err != nil || res.IsError || !strings.HasSuffix(res.Content, "\n2") {
+		t.Fatalf("a fork reading its parent's event: %+v, %v", res, err)
+	}
+	fork.Args = []byte(fmt.Sprintf(`{"seq": %d}`, mine))
+	if res, err := r.Run(ctx, "read_event", fork); err != nil || !res.IsError || !strings.Contains(res.Content, "not an event of this session") {
+		t.Fatalf("a fork reading another session's event: %+v, %v", res, err)
+	}
 	for _, tt := range []struct{ args, want string }{
 		{fmt.Sprintf(`{"seq": %d}`, theirs), "not an event of this session"},
 		{`{"seq": 999}`, "no event 999"},

@@ -59,6 +59,7 @@
 // kills what is left. The HTTP tools refuse every special-purpose address
 // (IANA's IPv4 and IPv6 registries: loopback, private, link-local, shared
 // address space, NAT64, 6to4, …) unless BuiltinConfig.HTTPAllowPrivate is
-// set. read_blob reads only its session's handles (and, for a fork, those
-// of the sessions it was forked from, Call.MayRead).
+// set. read_blob reads only its session's handles, and read_event only its
+// session's events (and, for a fork, those of the sessions it was forked
+// from, Call.MayRead).
 package tools

@@ -36,7 +36,8 @@ const readEventSchema = `{
 
 // readEvent reads an input event of the calling session whole, or the
 // part of its data a path names, one page at a time: what the model saw
-// of it was a projection. A session reads only its own events.
+// of it was a projection. A session reads only its own events, and a
+// fork those of the sessions it was forked from.
 type readEvent struct {
 	events EventStore
 	names  streams.Names
@@ -82,7 +83,7 @@ func (r *readEvent) Call(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("read_event: get %d: %w", seq, err)
 	}
-	if m.Subject != r.names.In(ref) {
+	if m.Subject != r.names.In(ref) && !r.forkedFrom(ctx, call, m.Subject) {
 		return errResult("read_event: event %d is not an event of this session", seq), nil
 	}
 	ev, err := events.FromMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
@@ -135,6 +136,17 @@ func (r *readEvent) Call(ctx context.Context, call Call) (Result, error) {
 	}
 	b.Write(page)
 	return Result{Content: b.String()}, nil
+}
+
+// forkedFrom reports whether subject is the input subject of a session
+// the calling one was forked from (Call.MayRead): a fork's transcript
+// holds that session's events, by their sequences.
+func (r *readEvent) forkedFrom(ctx context.Context, call Call, subject string) bool {
+	if call.MayRead == nil {
+		return false
+	}
+	owner, err := r.names.ParseSession(subject)
+	return err == nil && owner.Agent == call.Agent && r.names.In(owner) == subject && call.MayRead(ctx, owner.Session)
 }
 
 // selectPath walks a dotted path of object keys and list indexes.

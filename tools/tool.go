@@ -68,9 +68,9 @@ type Call struct {
 	// GitHub are the agent's github: settings; zero: the deployment's.
 	GitHub ghapp.Settings
 	// MayRead, when set, reports whether the session may read what
-	// another session of its agent stored (read_blob): the sessions it
-	// was forked from, whose handles its transcript holds. Nil: none but
-	// its own.
+	// another session of its agent stored (read_blob, read_event): the
+	// sessions it was forked from, whose handles and events its
+	// transcript holds. Nil: none but its own.
 	MayRead func(ctx context.Context, session string) bool
 }
 
