@@ -30,23 +30,25 @@ type Retained struct {
 	Examined int      `json:"examined"`
 	Removed  []string `json:"removed"`
 	// Kept counts sessions that were due but could not be removed now
-	// (leased, or with input they have not consumed); a later pass
-	// removes them.
+	// (leased, changed since the pass read it, or with input they have not
+	// consumed); a later pass decides again.
 	Kept int `json:"kept"`
 }
 
 // Retain applies an agent's retention (policies.Retention) once, as of
 // now: every session of the agent at rest (done, failed, cancelled,
 // budget_exceeded or idle, with no step in flight, no call outstanding,
-// no answer, cancel or tick result it still owes, and no input or control
-// message it has not consumed) that rested longer than max_age, or
-// beyond the max_count that rested least long, is removed with every
-// record it has: its state, transcript and notes in
+// no answer, cancel or tick result it still owes, no fork of it left, and
+// no input or control message it has not consumed) that rested longer
+// than max_age, or beyond the max_count that rested least long, is
+// removed with every record it has: its state, transcript and notes in
 // jl_sessions, its blobs, its consumed messages in JL_IN and JL_CTL, its
 // lease and its work folder here. A session that is working, blocked,
 // paused or queued is never touched, and each removal holds the
-// session's lease, so no worker runs it meanwhile; an event that arrives
-// for it afterwards starts a new session of that name.
+// session's lease, so no worker runs it meanwhile, and finds the state
+// the pass decided on (one that changed since waits for the next pass);
+// an event that arrives for it afterwards starts a new session of that
+// name.
 func (w *Worker) Retain(ctx context.Context, agent string, now time.Time) (Retained, error) {
 	out := Retained{Agent: agent, Removed: []string{}}
 	def, err := w.cfg.Definitions.Get(ctx, agent)
@@ -64,21 +66,32 @@ func (w *Worker) Retain(ctx context.Context, agent string, now time.Time) (Retai
 	if err != nil {
 		return out, err
 	}
+	if retentionListed != nil {
+		retentionListed(agent)
+	}
 	out.Examined = len(states)
-	var resting []record.State
-	for _, st := range states {
-		if retainable(st, *pol) {
-			resting = append(resting, st)
+	// A session forked from stays while its forks do: their transcripts
+	// hold its blob handles and its events' sequences.
+	forked := map[string]bool{}
+	for _, l := range states {
+		if l.st.Parent != "" {
+			forked[l.st.Parent] = true
+		}
+	}
+	var resting []listedState
+	for _, l := range states {
+		if retainable(l.st, *pol) && !forked[l.st.Session] {
+			resting = append(resting, l)
 		}
 	}
 	// Least recently rested last: those beyond max_count go first.
-	slices.SortFunc(resting, func(a, b record.State) int { return restedAt(b).Compare(restedAt(a)) })
-	var due []record.State
-	for i, st := range resting {
-		old := !pol.MaxAge.IsZero() && now.Sub(restedAt(st)) > pol.MaxAge.D()
+	slices.SortFunc(resting, func(a, b listedState) int { return restedAt(b.st).Compare(restedAt(a.st)) })
+	var due []listedState
+	for i, l := range resting {
+		old := !pol.MaxAge.IsZero() && now.Sub(restedAt(l.st)) > pol.MaxAge.D()
 		many := pol.MaxCount > 0 && i >= pol.MaxCount
 		if old || many {
-			due = append(due, st)
+			due = append(due, l)
 		}
 	}
 	if len(due) == 0 {
@@ -88,17 +101,17 @@ func (w *Worker) Retain(ctx context.Context, agent string, now time.Time) (Retai
 	if err != nil {
 		return out, err
 	}
-	for _, st := range due {
-		ref, err := streams.NewSessionRef(st.Agent, st.Session)
+	for _, l := range due {
+		ref, err := streams.NewSessionRef(l.st.Agent, l.st.Session)
 		if err != nil {
 			continue
 		}
-		removed, err := w.removeSession(ctx, ref, *pol, blobs)
+		removed, err := w.removeSession(ctx, ref, *pol, blobs, l.rev)
 		if err != nil {
 			return out, err
 		}
 		if removed {
-			out.Removed = append(out.Removed, st.Session)
+			out.Removed = append(out.Removed, l.st.Session)
 		} else {
 			out.Kept++
 		}
@@ -135,8 +148,18 @@ func restedAt(st record.State) time.Time {
 	return st.Updated
 }
 
+// retentionListed, when set (by tests), is called after a pass has read
+// the states it decides on.
+var retentionListed func(agent string)
+
+// listedState is a session's state as a pass read it, with its revision.
+type listedState struct {
+	st  record.State
+	rev uint64
+}
+
 // agentStates reads the state of every session of an agent.
-func (w *Worker) agentStates(ctx context.Context, agent string) ([]record.State, error) {
+func (w *Worker) agentStates(ctx context.Context, agent string) ([]listedState, error) {
 	at, err := events.EncodeToken(agent)
 	if err != nil {
 		return nil, err
@@ -146,7 +169,7 @@ func (w *Worker) agentStates(ctx context.Context, agent string) ([]record.State,
 		return nil, fmt.Errorf("worker: retention of %s: list sessions: %w", agent, err)
 	}
 	defer watch.Stop()
-	var out []record.State
+	var out []listedState
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,7 +186,7 @@ func (w *Worker) agentStates(ctx context.Context, agent string) ([]record.State,
 				w.log.Warn("retention skips a state that does not decode", "key", e.Key(), "err", err)
 				continue
 			}
-			out = append(out, st)
+			out = append(out, listedState{st: st, rev: e.Revision()})
 		}
 	}
 }
@@ -190,10 +213,11 @@ func (w *Worker) blobNames(ctx context.Context) ([]string, error) {
 }
 
 // removeSession removes one session under its lease, after checking
-// again that retention may: the state read under the lease is the one
-// decided on. It reports false, without an error, for a session that is
-// leased or has input left.
-func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol policies.Retention, blobs []string) (bool, error) {
+// again that retention may: the state read under the lease must be the
+// one decided on (at revision rev; a session that ran since, or was
+// forked, waits for the next pass). It reports false, without an error,
+// for a session that is leased, changed or has input left.
+func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol policies.Retention, blobs []string, rev uint64) (bool, error) {
 	ls, err := w.leases.acquire(ctx, ref)
 	if errors.Is(err, ErrLeased) {
 		return false, nil
@@ -207,14 +231,14 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 			_ = w.leases.release(context.WithoutCancel(ctx), ls)
 		}
 	}()
-	st, _, err := w.store.Load(ctx, ref)
+	st, cur, err := w.store.Load(ctx, ref)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if !retainable(st, pol) {
+	if cur != rev || !retainable(st, pol) {
 		return false, nil
 	}
 	if left, err := w.inputLeft(ctx, ref, st); err != nil || left {

@@ -362,3 +362,68 @@ func TestRetentionKeepsSessionsThatOweSomething(t *testing.T) {
 		t.Fatalf("removed %+v, %v; want only the session that owes nothing", res, err)
 	}
 }
+
+// A pass decides on the states it read: a session that ran again since
+// (an event came while the pass worked) is not removed with the run it
+// just made, and a session forked from stays while its forks do, whose
+// transcripts hold its handles.
+func TestRetentionDecidesOnWhatItRead(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	d := defs{"ret": {Name: "ret", Model: scripted(policies.ScriptEntry{Text: "ok"}), Retention: &policies.Retention{MaxAge: policies.Duration(time.Hour)}}}
+	cfg := worker.Config{Definitions: d, Agents: []string{"ret"}, RetentionInterval: -1}
+	e.start(t, cfg)
+	busy := e.ref(t, "ret", "busy")
+	e.send(t, busy, "first")
+	e.waitStatus(t, busy, record.StatusDone)
+	store, err := record.Open(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rested := time.Now().Add(-2 * time.Hour)
+	for name, parent := range map[string]string{"parent": "", "fork": "parent", "lonely": ""} {
+		st := record.NewState("ret", name, rested)
+		st.SetStatus(record.StatusDone, "", rested)
+		st.RunEnded, st.Updated, st.Parent = rested, rested, parent
+		if name == "fork" {
+			// It waits for a person: never removed.
+			st.SetStatus(record.StatusBlocked, "waiting", rested)
+		}
+		if _, err := store.Create(ctx, e.ref(t, "ret", name), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pass reads busy at rest; then an event runs it again.
+	lkv, err := e.js.KeyValue(ctx, e.names.BucketLeases())
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.OnRetentionListed(t, func(string) {
+		e.send(t, busy, "second")
+		e.waitStatusTurns(t, busy, record.StatusDone, 2)
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			if _, err := lkv.Get(ctx, e.names.LeaseKey(busy)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("lease of busy: %v", err)
+			}
+			return nil
+		})
+	})
+	cfg2 := cfg
+	cfg2.ID, cfg2.WorkDir = "w2", t.TempDir()
+	w2, err := worker.New(ctx, e.js, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w2.Retain(ctx, "ret", time.Now().Add(90*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(res.Removed)
+	if !slices.Equal(res.Removed, []string{"lonely"}) || res.Kept != 1 {
+		t.Fatalf("removed %v, kept %d; want lonely removed, busy kept for the next pass, parent kept for its fork", res.Removed, res.Kept)
+	}
+	tr, err := record.Show(ctx, e.js, e.names, busy)
+	if err != nil || len(tr.Transcript) != 4 {
+		t.Fatalf("busy after the pass: %v, %d entries", err, len(tr.Transcript))
+	}
+}
