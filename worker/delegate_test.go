@@ -466,3 +466,106 @@ func TestDelegateDeadlineWhileWaiting(t *testing.T) {
 	ctr := e.waitStatus(t, cref, record.StatusCancelled)
 	checkCalls(t, ctr)
 }
+
+// The inputs and budgets a delegate call asks for, through a real run:
+// an earlier result too large for the context, one of the session's
+// blobs and a large text reach the child as blobs of its own, which
+// read_blob reads; a file outside the work folder, and
+// more turns than the run has left, are refused with why; a child asked
+// to take one turn is stopped after it.
+func TestDelegateInputsAndAskedBudget(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	blobs, err := e.js.ObjectStore(ctx, e.names.ObjectBlobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: e.names}, tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: e.names})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("y", 20_000)
+	// A blob of the lead's session, as a tool of its own would have kept.
+	if _, err := blobs.PutBytes(ctx, "lead.s1.result.kept.0123", []byte(strings.Repeat("z", 20_000))); err != nil {
+		t.Fatal(err)
+	}
+	lead := policies.Definition{Name: "lead", Tools: []string{"shell", "delegate"}, Budget: policies.Budget{MaxTurns: 10},
+		Model: scripted(
+			policies.ScriptEntry{Text: "Make a big output.", ToolCalls: []policies.ScriptToolCall{{Name: "shell", Args: map[string]any{"command": "head -c 20000 /dev/zero | tr '\\0' 'x'"}}}},
+			policies.ScriptEntry{Text: "Delegate.", ToolCalls: []policies.ScriptToolCall{
+				delegateCall("reader", "read them", map[string]any{"out": map[string]any{"result": "call_0_0"},
+					"kept": map[string]any{"blob": "lead.s1.result.kept.0123"}, "big": big}, nil),
+				delegateCall("reader", "read this", map[string]any{"out": map[string]any{"file": "../outside.txt"}}, nil),
+				delegateCall("counter", "count", nil, map[string]any{"max_turns": 99}),
+				delegateCall("counter", "count", nil, map[string]any{"max_turns": 1}),
+				delegateCall("reader", "read theirs", map[string]any{"out": map[string]any{"blob": "other.s1.result.kept.0123"}}, nil),
+			}},
+			policies.ScriptEntry{Text: "All answered."})}
+	readerSession := "lead/s1/call_1_0"
+	rref := e.ref(t, "reader", readerSession)
+	reader := policies.Definition{Name: "reader", Reads: []string{"task", "out", "kept", "big"}, Tools: []string{"read_blob"},
+		Model: scripted(
+			policies.ScriptEntry{Text: "Reading.", ToolCalls: []policies.ScriptToolCall{
+				{Name: "read_blob", Args: map[string]any{"handle": rref.Key() + ".input.out", "limit": 100}},
+				{Name: "read_blob", Args: map[string]any{"handle": rref.Key() + ".input.kept", "limit": 100}},
+				{Name: "read_blob", Args: map[string]any{"handle": rref.Key() + ".input.big", "limit": 100}},
+			}},
+			policies.ScriptEntry{Text: "Read them."})}
+	counter := policies.Definition{Name: "counter", Tools: []string{"delegate"},
+		Model: scripted(
+			policies.ScriptEntry{Text: "One.", ToolCalls: []policies.ScriptToolCall{delegateCall("nobody", "x", nil, nil)}},
+			policies.ScriptEntry{Text: "Two: never reached."})}
+	d := defs{"lead": lead, "reader": reader, "counter": counter}
+	e.start(t, worker.Config{Definitions: d, Tools: worker.RegistryTools(reg), Agents: []string{"lead", "reader", "counter"},
+		Admit: admitWith(t, e, d)})
+	ref := e.ref(t, "lead", "s1")
+	e.send(t, ref, "go")
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	checkCalls(t, tr)
+	res := map[string]record.Entry{}
+	for _, r := range delegateResults(tr) {
+		res[r.CallID] = r
+	}
+	if r := res["call_1_1"]; !r.IsError || !strings.Contains(r.Result, `input out: file "../outside.txt"`) {
+		t.Fatalf("file outside the work folder: %+v", r)
+	}
+	if r := res["call_1_2"]; !r.IsError || !strings.Contains(r.Result, "budget.max_turns 99 is more than the 8 turns this run has left") {
+		t.Fatalf("more turns than left: %+v", r)
+	}
+	if r := res["call_1_3"]; !r.IsError || !strings.Contains(r.Result, "ended budget_exceeded: max_turns 1 reached") {
+		t.Fatalf("a child asked for one turn: %+v", r)
+	}
+	if r := res["call_1_4"]; !r.IsError || !strings.Contains(r.Result, `"other.s1.result.kept.0123" is not a blob of this session`) {
+		t.Fatalf("another session's blob: %+v", r)
+	}
+	if r := res["call_1_0"]; r.IsError || r.Result != "Read them." {
+		t.Fatalf("reader: %+v", r)
+	}
+	rtr := e.waitStatus(t, rref, record.StatusDone)
+	first := rtr.Transcript[0].Text
+	if !strings.Contains(first, "[input out: ") || !strings.Contains(first, "stored as blob \""+rref.Key()+".input.out\"") ||
+		!strings.Contains(first, "[input kept: 20000 bytes, stored as blob") ||
+		!strings.Contains(first, "[input big: 20000 bytes, stored as blob") || strings.Count(first, "x") > 4096 {
+		t.Fatalf("reader's context: %.600s", first)
+	}
+	reads := delegateResultsOf(rtr, "read_blob")
+	if len(reads) != 3 || reads[0].IsError || !strings.Contains(reads[0].Result, strings.Repeat("x", 100)) ||
+		reads[1].IsError || !strings.Contains(reads[1].Result, strings.Repeat("z", 100)) ||
+		reads[2].IsError || !strings.Contains(reads[2].Result, strings.Repeat("y", 100)) {
+		t.Fatalf("reader's read_blob results %+v", reads)
+	}
+	cst := state(t, e, e.ref(t, "counter", "lead/s1/call_1_3"))
+	if cst.Limits.MaxTurns != 1 || cst.Status != record.StatusBudgetExceeded {
+		t.Fatalf("counter %s with limits %+v", cst.Status, cst.Limits)
+	}
+}
+
+func delegateResultsOf(tr record.Transcript, tool string) []record.Entry {
+	var out []record.Entry
+	for _, e := range tr.Transcript {
+		if e.Kind == record.KindToolResult && e.Name == tool {
+			out = append(out, e)
+		}
+	}
+	return out
+}
