@@ -7,7 +7,8 @@
 // bounded by its share of a storage budget (Limits); what holds data not
 // yet consumed refuses new writes when full, and for JL_IN, where the
 // server cannot (message schedules forbid discard new), Room refuses them
-// before its limits are reached.
+// before its limits are reached; what only remembers for a while
+// (JL_AUDIT, jl_dedupe) drops its oldest.
 //
 // It does not publish or consume application messages, and it does not
 // define what the messages mean: events/ owns the CloudEvents mapping and

@@ -37,6 +37,9 @@ func TestEveryResourceIsBounded(t *testing.T) {
 		switch name {
 		case n.StreamAudit():
 			want = jetstream.DiscardOld
+		case streams.KVStream(n.BucketDedupe()):
+			// Ids remembered for a while: the oldest are forgotten.
+			want = jetstream.DiscardOld
 		case n.StreamIn():
 			// Message schedules forbid discard new; the ingest refuses
 			// at half (streams.Room).

@@ -255,7 +255,7 @@ var managed = []field{
 			return w.MaxMsgsPerSubject != 0 && h.MaxMsgsPerSubject != w.MaxMsgsPerSubject
 		},
 		set: func(h, w *jetstream.StreamConfig) { h.MaxMsgsPerSubject = w.MaxMsgsPerSubject }},
-	{name: "discard", streamOnly: true,
+	{name: "discard",
 		differs: func(h, w *jetstream.StreamConfig) bool { return h.Discard != w.Discard },
 		set:     func(h, w *jetstream.StreamConfig) { h.Discard = w.Discard }},
 	{name: "max_bytes",

@@ -276,8 +276,14 @@ func Layout(opts Options) []Resource {
 			func(c *jetstream.StreamConfig) { c.AllowAtomicPublish = true }),
 		kv(n.BucketLeases(), "which worker owns a session now (per-key TTL)", opts.limit(n.BucketLeases(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: session leases", History: 1, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
+		// Ids remembered for a while, not data anyone consumes: a full
+		// bucket forgets its oldest ids (its horizon shortens) rather than
+		// refuse the next record, which would refuse nothing (the ingest
+		// records after it published) but turn a delivery's 2xx into 503
+		// and keep every control message from being applied.
 		kv(n.BucketDedupe(), "long-horizon dedupe keys (per-key TTL)", opts.limit(n.BucketDedupe(), roleDedupe),
-			jetstream.KeyValueConfig{Description: "jetloop: long-horizon dedupe", History: 1, TTL: opts.DedupeTTL, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL}, nil),
+			jetstream.KeyValueConfig{Description: "jetloop: long-horizon dedupe", History: 1, TTL: opts.DedupeTTL, Storage: st, Replicas: r, LimitMarkerTTL: markerTTL},
+			func(c *jetstream.StreamConfig) { c.Discard = jetstream.DiscardOld }),
 		kv(n.BucketAgents(), "versioned agent definitions", opts.limit(n.BucketAgents(), roleSmall),
 			jetstream.KeyValueConfig{Description: "jetloop: agent definitions", History: DefaultAgentHistory, Storage: st, Replicas: r}, nil),
 		kv(n.BucketRollouts(), "run counts of each agent's rollout, shared by every worker, which its guard judges", opts.limit(n.BucketRollouts(), roleSmall),
@@ -297,7 +303,7 @@ func Layout(opts Options) []Resource {
 			Purpose: "large tool results kept out of the context",
 			Object: &jetstream.ObjectStoreConfig{Bucket: n.ObjectBlobs(), Description: "jetloop: large tool results", Storage: st, Replicas: r,
 				MaxBytes: opts.limit(n.ObjectBlobs(), roleBlobs).Bytes},
-			Stream: jetstream.StreamConfig{Name: ObjectStream(n.ObjectBlobs()), Storage: st, Replicas: r,
+			Stream: jetstream.StreamConfig{Name: ObjectStream(n.ObjectBlobs()), Storage: st, Replicas: r, Discard: jetstream.DiscardNew,
 				MaxBytes: opts.limit(n.ObjectBlobs(), roleBlobs).Bytes, MaxMsgs: opts.limit(n.ObjectBlobs(), roleBlobs).Msgs},
 		},
 	}
@@ -305,8 +311,9 @@ func Layout(opts Options) []Resource {
 
 // kv declares a bucket and the fields of its stream that Provision keeps in
 // step; extra adds settings the KV API cannot express (atomic publish).
-// The KV API makes every bucket refuse writes when full (discard new),
-// which is what a bucket of state wants: no key vanishes to make room.
+// A bucket refuses writes when full (discard new, as the KV API makes
+// it), which is what a bucket of state wants: no key vanishes to make
+// room; extra may declare otherwise.
 func kv(bucket, purpose string, l Limit, cfg jetstream.KeyValueConfig, extra func(*jetstream.StreamConfig)) Resource {
 	cfg.Bucket = bucket
 	cfg.MaxBytes = l.Bytes
@@ -318,6 +325,7 @@ func kv(bucket, purpose string, l Limit, cfg jetstream.KeyValueConfig, extra fun
 		MaxMsgsPerSubject: int64(cfg.History),
 		MaxBytes:          l.Bytes,
 		MaxMsgs:           l.Msgs,
+		Discard:           jetstream.DiscardNew,
 	}
 	if cfg.LimitMarkerTTL > 0 {
 		sc.AllowMsgTTL = true

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
@@ -834,4 +835,43 @@ func TestRepeatedControlNoOpIsOneEntry(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A jl_dedupe at its limits, which only remembers ids for a while, never
+// keeps a control message from being applied: it forgets its oldest ids,
+// and a cancel sent meanwhile cancels the session.
+func TestCancelAppliedWhenDedupeIsFull(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := streams.Provision(ctx, e.js, streams.Options{Limits: map[string]streams.Limit{
+		e.names.BucketDedupe(): {Bytes: 1 << 20, Msgs: 20},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := dedupe.New(ctx, e.js, dedupe.Config{Names: e.names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := store.Record(ctx, "/filler", fmt.Sprintf("id-%d", i), nil); err != nil {
+			t.Fatalf("record %d into a jl_dedupe at its limit: %v", i, err)
+		}
+	}
+	if st, err := e.js.Stream(ctx, streams.KVStream(e.names.BucketDedupe())); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil || info.State.Msgs > 20 {
+		t.Fatalf("jl_dedupe holds %+v (%v), over its limit of 20", info.State, err)
+	}
+	ref := e.ref(t, "demo", "s1")
+	p := newProbe(true)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "One."})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}, Models: p.factory})
+	e.send(t, ref, "hello")
+	select {
+	case <-p.calling:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was not called")
+	}
+	publish(t, e, ref, control.Message{Verb: control.Cancel, Text: "stop"})
+	e.waitStatus(t, ref, record.StatusCancelled)
 }
