@@ -29,7 +29,9 @@ import (
 // tool's is not either: recovery would ask a remote system about a call
 // that may never have begun. Nor is the intent of a step behind a budget
 // that has run out, a tick's expired timeout, or an approval gate: those
-// are decided at the step, as before.
+// are decided at the step, as before. A merged intent's time-bound limits
+// (the deadline, the tick's timeout) are checked again when its effect
+// begins (begin): time passes between the settlement and the step.
 //
 // A merged intent whose effect has not begun is fresh: this worker knows
 // it has not begun. Whatever happens at the boundary before it begins (a
@@ -118,9 +120,21 @@ func (s *session) withdraw(next *record.State) {
 	}
 }
 
-// begin makes the effect of the fresh intent.
+// begin makes the effect of the fresh intent. The budget is checked
+// before every step: time has passed since the intent was merged, and a
+// deadline or a tick's timeout may have come; then the intent is taken
+// back and the step decided as one whose intent is written by itself
+// (next stops the run before the effect).
 func (s *session) begin(ctx context.Context) error {
 	p := *s.st.Pending
+	if p.Kind != record.StepReply {
+		back := s.st.Clone()
+		s.withdraw(&back)
+		now := time.Now().UTC()
+		if limit, _ := budget(back, p.Kind, now); limit != "" || back.TickExpired(now) {
+			return s.commit(ctx, nil, back)
+		}
+	}
 	switch p.Kind {
 	case record.StepModel:
 		return s.callModel(ctx, p, false)
