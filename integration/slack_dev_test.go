@@ -1,17 +1,13 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jetloop/jetloop/ingest/slack"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/internal/slackfake"
 )
@@ -21,26 +17,7 @@ const slackSecret = "slack-s3cret"
 // postSlack posts a signed Events API message event to /chat/slack.
 func postSlack(t *testing.T, base, eventID, ts, threadTS, text string) map[string]any {
 	t.Helper()
-	ev := map[string]any{"type": "message", "user": "U1", "text": text, "channel": "C0TALK", "ts": ts}
-	if threadTS != "" {
-		ev["thread_ts"] = threadTS
-	}
-	body, _ := json.Marshal(map[string]any{"type": "event_callback", "team_id": "T1", "event_id": eventID, "event": ev})
-	now := strconv.FormatInt(time.Now().Unix(), 10)
-	req, _ := http.NewRequest(http.MethodPost, base+"/chat/slack", strings.NewReader(string(body)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(slack.HeaderTimestamp, now)
-	req.Header.Set(slack.HeaderSignature, slack.Sign([]byte(slackSecret), now, body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("slack event: status %d, %v %v", resp.StatusCode, out, err)
-	}
-	return out
+	return postSlackAt(t, base, "C0TALK", eventID, ts, threadTS, text)
 }
 
 // TestDevSlackConversation is a Slack conversation with `jetloop dev`: a
