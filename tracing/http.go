@@ -10,8 +10,9 @@ import (
 )
 
 // untraced are the paths whose requests get no span: probes and scrapes,
-// which would bury the requests that matter.
-var untraced = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+// which would bury the requests that matter, and the status stream,
+// which lasts as long as a dashboard is open.
+var untraced = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/v1/sessions/stream": true}
 
 // Handler serves h with a server span per request, named by its method
 // and the route pattern that served it ("POST /webhooks/github"), as the

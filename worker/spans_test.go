@@ -195,3 +195,40 @@ func TestDelegationIsOneTrace(t *testing.T) {
 			child.Parent(), child.SpanContext().TraceID(), pub.SpanContext(), span.SpanContext().TraceID())
 	}
 }
+
+// A compaction is a model call: it has its span, marked, in the run's
+// trace.
+func TestCompactionSpan(t *testing.T) {
+	e := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	var script []policies.ScriptEntry
+	for i := 1; i <= 8; i++ {
+		script = append(script,
+			policies.ScriptEntry{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe", Args: map[string]any{"n": i}}}},
+			policies.ScriptEntry{Text: fmt.Sprintf("Measured %d.", i)})
+	}
+	keepFirst, keepLast := 1, 2
+	def := policies.Definition{Name: "mon", Tools: []string{"probe"}, Model: policies.Model{Provider: "scripted", Script: script},
+		Context: &policies.ContextPolicy{CompactAtTokens: 2000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast}}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.ToolMap{"probe": big{}}, Agents: []string{"mon"}, Tracer: tp})
+	ref := e.ref(t, "mon", "health")
+	for i := 1; i <= 8; i++ {
+		e.send(t, ref, "tick")
+		e.waitStatusTurns(t, ref, record.StatusDone, 2*i)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		for _, s := range rec.Ended() {
+			if s.Name() == "chat" && attr(s, "jetloop.compaction").AsBool() {
+				if s.Parent().IsValid() && attr(s, tracing.GenAIOperation).AsString() == "chat" {
+					return nil
+				}
+			}
+		}
+		var names []string
+		for _, s := range rec.Ended() {
+			names = append(names, s.Name()+fmt.Sprint(s.Attributes()))
+		}
+		return fmt.Errorf("no compaction span among %v", names)
+	})
+}

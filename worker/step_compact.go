@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/tracing"
 	"github.com/jetloop/jetloop/window"
 )
 
@@ -67,7 +70,10 @@ func (s *session) remakeCompaction(ctx context.Context, p record.Intent) error {
 
 // callCompact asks the model for the summary of intent in, which is
 // durable, and settles it.
-func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bool) error {
+func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bool) (err error) {
+	ctx, span := s.modelSpan(ctx, in, recovery)
+	span.SetAttributes(attribute.Bool("jetloop.compaction", true))
+	defer func() { endStep(span, err) }()
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: recovery, Compact: true})
 	log := s.log.With("turn", in.Turn, "step", in.Step)
 	plan := *in.Compaction
@@ -79,6 +85,10 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	req := window.CompactRequest(win, plan)
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(mctx, req)
+	if err == nil {
+		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
+			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD))
+	}
 	abort := aborted(mctx)
 	deadline := mctx.Err() != nil && ctx.Err() == nil && abort == nil
 	cancel()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -86,7 +88,10 @@ func (s *session) withReply(next *record.State, answer string) *record.Intent {
 // system entry saying where it went (or why it did not). Recovering an
 // interrupted post, it asks the poster's probe first: found, the post is
 // settled as it is; not found, it is made once.
-func (s *session) replyStep(ctx context.Context, in record.Intent, recovering bool) error {
+func (s *session) replyStep(ctx context.Context, in record.Intent, recovering bool) (err error) {
+	ctx, span := s.toolSpan(ctx, record.CallRef{ID: in.CallID, Name: in.Tool}, in, recovering)
+	span.SetAttributes(attribute.String("jetloop.post", what(in)))
+	defer func() { endStep(span, err) }()
 	p := s.w.cfg.Reply
 	if p == nil {
 		return s.settleReply(ctx, in, what(in)+" not posted: this worker has no chat poster")
