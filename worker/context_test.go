@@ -371,3 +371,41 @@ func TestCompactionKeepsApprovedCallsWithResults(t *testing.T) {
 		t.Fatal("no compaction")
 	}
 }
+
+// keep_last_turns: 1 keeps only the turn in progress, and the session is
+// compacted: whether the next call compacts first is decided on the
+// context with what the write that starts it records (the event, the
+// tool's result), not without it.
+func TestKeepLastOneCompacts(t *testing.T) {
+	e := setup(t)
+	keepFirst, keepLast := 1, 1
+	def := policies.Definition{Name: "mon", Tools: []string{"probe"},
+		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+			{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}}},
+			{Text: "Nothing drifted."},
+		}},
+		Context: &policies.ContextPolicy{CompactAtTokens: 1000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast},
+	}
+	rec := &recorder{}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.ToolMap{"probe": big{}}, Models: rec.factory, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "health")
+	const events = 10
+	for i := range events {
+		e.send(t, ref, "tick")
+		e.waitStatusTurns(t, ref, record.StatusDone, 2*(i+1))
+	}
+	compactions, largest := 0, 0
+	for _, r := range rec.requests() {
+		if r.Compact {
+			compactions++
+			continue
+		}
+		largest = max(largest, size(r))
+	}
+	// Each event adds a 3 KB result: without compaction the last call
+	// carries all ten (30 KB); with it, the threshold (about 4 KB) and
+	// the head's and the current turn's results.
+	if compactions == 0 || largest > 4000+3*3200 {
+		t.Fatalf("%d compactions, largest request %d bytes", compactions, largest)
+	}
+}

@@ -204,7 +204,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 	s.r.steerHint.Store(true)
 	s.startRun(ctx, ev, in.seq, &next)
 	s.log.Info("run started", "seq", in.seq, "type", ev.Type(), "version", next.DefinitionVersion)
-	merged := s.mergeNext(ctx, &next, nil)
+	merged := s.mergeNext(ctx, &next, entries)
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func (s *session) flushSteers(ctx context.Context) error {
 		entries = append(entries, e)
 	}
 	next.Steers = nil
-	merged := s.mergeNext(ctx, &next, nil)
+	merged := s.mergeNext(ctx, &next, entries)
 	if err := s.commit(ctx, entries, next); err != nil {
 		return err
 	}

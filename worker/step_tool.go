@@ -330,7 +330,7 @@ func (s *session) settleResult(ctx context.Context, call record.CallRef, in reco
 	if isErr {
 		next.RunToolErrors++
 	}
-	merged := s.mergeNext(ctx, &next, nil)
+	merged := s.mergeNext(ctx, &next, []record.Entry{e})
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func settleTool(next *record.State, in record.Intent, e record.Entry) {
 func (s *session) adoptTool(ctx context.Context, p record.Intent, e record.Entry) error {
 	next := s.st.Clone()
 	settleTool(&next, p, e)
-	merged := s.mergeNext(ctx, &next, nil)
+	merged := s.mergeNext(ctx, &next, []record.Entry{e})
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
 	}
