@@ -182,6 +182,11 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 		return s.summary(req), nil
 	}
 	pos := Position(req.Messages) + max(req.Earlier, 0)
+	// Call ids are numbered by the session's answers, not by the script's
+	// position: a script that starts over at every run would give every
+	// run's calls the ids of the first run's, which a compacted context
+	// no longer shows.
+	answers := pos
 	if s.perRun {
 		pos = RunPosition(req.Messages)
 		if req.RunTurn > 0 {
@@ -222,7 +227,7 @@ func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, er
 		resp.ToolCalls = make([]ToolCall, len(a.toolCalls))
 		for i, c := range a.toolCalls {
 			resp.ToolCalls[i] = ToolCall{
-				ID:   fmt.Sprintf("call_%d_%d", pos, i),
+				ID:   fmt.Sprintf("call_%d_%d", answers, i),
 				Name: c.name,
 				Args: append(json.RawMessage(nil), c.args...),
 			}

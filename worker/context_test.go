@@ -372,6 +372,46 @@ func TestCompactionKeepsApprovedCallsWithResults(t *testing.T) {
 	}
 }
 
+// Call ids stay unique over a compacted session's whole transcript,
+// though each model call sees only the live context: a script that starts
+// over at every run answers the same positions again and again.
+func TestCallIDsUniqueAcrossCompactions(t *testing.T) {
+	e := setup(t)
+	keepFirst, keepLast := 0, 1
+	def := policies.Definition{Name: "mon", Tools: []string{"probe"},
+		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+			{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}}},
+			{Text: "Nothing drifted."},
+		}},
+		Context: &policies.ContextPolicy{CompactAtTokens: 1000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast},
+	}
+	e.start(t, worker.Config{Definitions: defs{"mon": def}, Tools: worker.ToolMap{"probe": big{}}, Agents: []string{"mon"}})
+	ref := e.ref(t, "mon", "health")
+	const events = 8
+	for i := range events {
+		e.send(t, ref, "tick")
+		e.waitStatusTurns(t, ref, record.StatusDone, 2*(i+1))
+	}
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	seen := map[string]uint64{}
+	summaries := 0
+	for _, en := range tr.Transcript {
+		if en.Kind == record.KindSummary {
+			summaries++
+		}
+		if en.Kind != record.KindToolCall {
+			continue
+		}
+		if first, ok := seen[en.CallID]; ok {
+			t.Fatalf("call id %s of entry %d is entry %d's too", en.CallID, en.ID, first)
+		}
+		seen[en.CallID] = en.ID
+	}
+	if summaries == 0 || len(seen) != events {
+		t.Fatalf("%d summaries, %d calls", summaries, len(seen))
+	}
+}
+
 // keep_last_turns: 1 keeps only the turn in progress, and the session is
 // compacted: whether the next call compacts first is decided on the
 // context with what the write that starts it records (the event, the
