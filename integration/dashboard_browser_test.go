@@ -25,7 +25,8 @@ import (
 // Environment of the browser tests.
 const (
 	// envBrowserTests=1 makes a missing chromium a failure, not a skip:
-	// CI sets it, so the tests cannot pass there by not running.
+	// .ci/run sets it, so the tests cannot pass there by not running. A
+	// CI service's CI=true (or 1) does the same.
 	envBrowserTests = "JETLOOP_BROWSER_TESTS"
 	// envChromium names the browser to drive; default chromium on PATH.
 	envChromium = "JETLOOP_CHROMIUM"
@@ -37,7 +38,8 @@ const (
 	envScreenshots = "JETLOOP_SCREENSHOTS"
 )
 
-// chromium finds the browser, or skips (fails, under CI) the test.
+// chromium finds the browser, or skips the test; under CI
+// (envBrowserTests=1, CI=true) it fails it instead.
 func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv(envChromium); p != "" {
@@ -51,6 +53,9 @@ func chromium(t *testing.T) string {
 	msg := "no chromium on PATH (nor " + envChromium + "): the dashboard's browser tests need it (Debian: apt-get install chromium)"
 	if os.Getenv(envBrowserTests) == "1" {
 		t.Fatal(msg + "; " + envBrowserTests + "=1 requires them")
+	}
+	if ci := os.Getenv("CI"); ci == "true" || ci == "1" {
+		t.Fatal(msg + "; under CI (CI=" + ci + ") they must run")
 	}
 	t.Skip(msg)
 	return ""
