@@ -41,8 +41,8 @@ type Resolution struct {
 //     one by AssignsCanary;
 //   - a session keeps the version it has, unless the version that would
 //     serve it as a new session says apply_to_running;
-//   - a session on a canary keeps it while the rollout lasts and after it
-//     is promoted; when the rollout ends otherwise (rolled back by hand or
+//   - a session on a canary keeps it while the rollout lasts, and after
+//     it is promoted as any session keeps its version; when the rollout ends otherwise (rolled back by hand or
 //     by its guard, superseded) the session takes what serves new sessions
 //     now, since a canary assignment is provisional;
 //   - a session whose version the bucket's history no longer holds takes
@@ -103,21 +103,21 @@ func (s *Store) Resolve(ctx context.Context, agent, session string, cur Pinned) 
 			return Resolution{}, fmt.Errorf("policies: resolve %q: %w", agent, err)
 		}
 		end, found := h.ended(cur.Rollout)
-		if !found || end.Outcome == RolloutPromoted {
-			// Promoted (or ended beyond the history kept): the session
-			// keeps its version for good.
-			keep.Pinned.Rollout = ""
-			return keep, nil
+		if found && end.Outcome != RolloutPromoted {
+			res, err := assign()
+			if err != nil {
+				return Resolution{}, err
+			}
+			if res.Pinned.Version != mine.Version {
+				res.Moved = fmt.Sprintf("the rollout of canary version %d was %s (%s); the session continues on version %d",
+					end.Canary, strings.ReplaceAll(end.Outcome, "_", " "), end.Reason, res.Pinned.Version)
+			}
+			return res, nil
 		}
-		res, err := assign()
-		if err != nil {
-			return Resolution{}, err
-		}
-		if res.Pinned.Version != mine.Version {
-			res.Moved = fmt.Sprintf("the rollout of canary version %d was %s (%s); the session continues on version %d",
-				end.Canary, strings.ReplaceAll(end.Outcome, "_", " "), end.Reason, res.Pinned.Version)
-		}
-		return res, nil
+		// Promoted (or ended beyond the history kept): the session keeps
+		// its version as any other session does, unless what serves now
+		// applies to running sessions.
+		keep.Pinned.Rollout = ""
 	}
 	res, err := assign()
 	if err != nil {

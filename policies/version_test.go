@@ -466,3 +466,32 @@ func TestGuardJudge(t *testing.T) {
 		})
 	}
 }
+
+// A session that was on a canary keeps its version after the promotion,
+// but a later version that says apply_to_running moves it as it moves
+// every other session.
+func TestApplyToRunningMovesAPromotedCanarySession(t *testing.T) {
+	st, _ := newStore(t)
+	ctx := context.Background()
+	apply(t, st, parse(t, "a.yaml", "one", "s", ""))
+	apply(t, st, parse(t, "a.yaml", "two", "s", "rollout: {percent: 50}\n"))
+	var onCanary policies.Resolution
+	for i := 0; onCanary.Compiled == nil; i++ {
+		res, err := st.Resolve(ctx, "a", fmt.Sprint(i), policies.Pinned{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Pinned.Rollout != "" {
+			onCanary = res
+		}
+	}
+	apply(t, st, parse(t, "a.yaml", "two", "s", "")) // promoted
+	if res, _ := st.Resolve(ctx, "a", "c", onCanary.Pinned); res.Pinned.Version != 2 || res.Moved != "" {
+		t.Fatalf("canary session after the promotion: %+v", res)
+	}
+	apply(t, st, parse(t, "a.yaml", "three", "s", "apply_to_running: true\n"))
+	res, err := st.Resolve(ctx, "a", "c", onCanary.Pinned)
+	if err != nil || res.Pinned.Version != 3 || res.Pinned.Rollout != "" || !strings.Contains(res.Moved, "applies to running sessions") {
+		t.Fatalf("promoted canary session after an apply_to_running version: %+v %v", res, err)
+	}
+}
