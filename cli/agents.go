@@ -348,7 +348,7 @@ func runAgentsRollout(ctx context.Context, env *Env, args []string) error {
 		flags = fs
 		fs.StringVar(&version, "version", "", "the canary version")
 		fs.StringVar(&percent, "percent", "", "share of new sessions for the canary: 0 rolls back to the stable version, 100 promotes the canary")
-		fs.Float64Var(&rate, "max-failure-rate", 0, "guard: the canary failure rate (0 to 1) tolerated before it is rolled back by itself")
+		fs.Float64Var(&rate, "max-failure-rate", 0, "guard: the canary failure rate (0 to 1) tolerated before it is rolled back by itself (a guard flag changes only what it names of the guard in force)")
 		fs.IntVar(&minRuns, "min-runs", 0, fmt.Sprintf("guard: canary runs before it judges (default %d)", policies.DefaultMinRuns))
 		fs.BoolVar(&compare, "compare-to-stable", true, "guard: roll back only when the canary fails measurably more than the stable version")
 		fs.BoolVar(&noGuard, "no-guard", false, "remove the rollout's guard")
@@ -374,17 +374,33 @@ func runAgentsRollout(ctx context.Context, env *Env, args []string) error {
 		return fmt.Errorf("--percent %q: want a number from 0 to 100", percent)
 	}
 	req.Percent = &p
+	client := api.NewClient(rt.NC, rt.Names)
 	if set["max-failure-rate"] || set["min-runs"] || set["compare-to-stable"] {
 		if noGuard {
 			return usageError(env, "rollout", synopsis, "--no-guard with guard flags")
 		}
-		g := &policies.Guard{MaxFailureRate: rate, MinRuns: minRuns}
+		// The flags change what they name of the guard in force on this
+		// canary; the rest of it stays.
+		var g policies.Guard
+		h, err := client.History(ctx, api.HistoryRequest{Agent: req.Agent})
+		if err != nil {
+			return err
+		}
+		if r := h.Rollout; r != nil && r.Canary == req.Version && r.Guard != nil {
+			g = *r.Guard
+		}
+		if set["max-failure-rate"] {
+			g.MaxFailureRate = rate
+		}
+		if set["min-runs"] {
+			g.MinRuns = minRuns
+		}
 		if set["compare-to-stable"] {
 			g.CompareToStable = &compare
 		}
-		req.Guard = g
+		req.Guard = &g
 	}
-	resp, err := api.NewClient(rt.NC, rt.Names).Rollout(ctx, req)
+	resp, err := client.Rollout(ctx, req)
 	if err != nil {
 		return err
 	}
