@@ -78,9 +78,13 @@ func TestShellProcessesDieWithTheirWorker(t *testing.T) {
 		// withReaper kills the tree's reaper together with the worker,
 		// as kill -9 of their process group or the OOM killer would.
 		withReaper bool
+		// running: the worker that recovers the session runs already
+		// (it started, and swept, while the first was alive).
+		running bool
 	}{
 		{name: "kill -9 of the worker"},
 		{name: "kill -9 of the worker and its reaper", withReaper: true},
+		{name: "kill -9 of the worker and its reaper, another worker running", withReaper: true, running: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,10 +96,22 @@ func TestShellProcessesDieWithTheirWorker(t *testing.T) {
 			first := startChild(t, spec)
 			ref := e.send(t, def.Name, "s1", "go")
 			pids := readPids(t, filepath.Join(dir, "pids"), 3)
+			t.Cleanup(func() {
+				for _, p := range pids {
+					if procAlive(p) {
+						_ = syscall.Kill(p, syscall.SIGKILL)
+					}
+				}
+			})
 			for _, p := range pids {
 				if !procAlive(p) {
 					t.Fatalf("process %d of the call is not running", p)
 				}
+			}
+			var second *child
+			if tt.running {
+				second = startChild(t, e.spec("w2", def, false, nil).withShell())
+				second.waitRunning(t)
 			}
 			if tt.withReaper {
 				recs, err := filepath.Glob(filepath.Join(spec.WorkDir, ".trees", "*.json"))
@@ -138,7 +154,9 @@ func TestShellProcessesDieWithTheirWorker(t *testing.T) {
 					return nil
 				})
 			}
-			second := startChild(t, e.spec("w2", def, false, nil).withShell())
+			if second == nil {
+				second = startChild(t, e.spec("w2", def, false, nil).withShell())
+			}
 			tr := e.waitDone(t, ref, first, second)
 			// Recovery came after the sweep: nothing of the call runs.
 			for _, p := range pids {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +132,8 @@ func TestWorkerChild(t *testing.T) {
 			m[tl.Spec().Name] = tl
 		}
 		cfg.Tools, cfg.Trees = m, trees
+		// Its log says when it runs, its sweep done (child.waitRunning).
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	if cp := spec.CrashAt; cp != nil {
 		var once sync.Once
@@ -306,6 +309,18 @@ func (c *child) output() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.out.String()
+}
+
+// waitRunning waits for a child with Shell to log that its worker runs:
+// what dead workers left was swept by then.
+func (c *child) waitRunning(t *testing.T) {
+	t.Helper()
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if !strings.Contains(c.output(), "worker running") {
+			return errors.New("worker not running yet")
+		}
+		return nil
+	})
 }
 
 // waitPoint waits for the child to reach its crash point.

@@ -179,9 +179,11 @@ type Config struct {
 	WorkDir string
 	// Trees, when set, is the starter its tools run processes through
 	// (package proctree): before the worker consumes anything it kills
-	// what the trees of dead processes left running (Sweep), so a tool
-	// call is never settled "interrupted; may or may not have run" while
-	// its processes still run. Nil: no sweep.
+	// what the trees of dead processes left running (Sweep), and again
+	// before it recovers an interrupted tool call (its worker may have
+	// died after this one started), so a tool call is never settled
+	// "interrupted; may or may not have run", probed or run again while
+	// its processes still run on this machine. Nil: no sweep.
 	Trees *proctree.Starter
 	// ShutdownGrace is how long a stopping worker lets in-flight steps
 	// finish before it cancels them (their intents stay for recovery).

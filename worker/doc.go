@@ -14,9 +14,10 @@
 // carries the next step's intent (see merge.go). A session whose state
 // holds an intent without its settlement is recovered by DESIGN §8's
 // table (record.Recovery): a settlement stored whole is adopted.
-// Before it consumes anything, a worker with Config.Trees kills what the
-// tool processes of dead workers on the machine left running (package
-// proctree), so a call is not settled as interrupted while it still runs.
+// Before it consumes anything, and before it recovers an interrupted tool
+// call, a worker with Config.Trees kills what the tool processes of dead
+// workers on the machine left running (package proctree), so a call is
+// not settled as interrupted while it still runs.
 // Budgets are checked before every step; every status change is a KV write
 // plus a jl.status.<agent>.<session> message and a JL_AUDIT record.
 //

@@ -50,6 +50,15 @@ func (s *session) recover(ctx context.Context) error {
 		// probe_failed, probe_later).
 		s.w.m.recoveries.WithLabelValues(string(p.Kind), string(act)).Inc()
 	}
+	if p.Kind == record.StepTool && act != record.Adopt {
+		// The call's processes may outlive a worker that died with their
+		// reaper, and this worker may have swept before that one died:
+		// sweep again, so that the call is not settled, probed or run
+		// again while it still runs here.
+		if err := s.w.sweep(ctx); err != nil {
+			return err
+		}
+	}
 	if p.Kind == record.StepModel && p.Compaction != nil {
 		// A compaction is a model call whose answer is a summary.
 		switch act {
