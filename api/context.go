@@ -85,7 +85,7 @@ func (s *Service) sessionContext(ctx context.Context, req ContextRequest) (Conte
 	if err != nil {
 		return ContextResponse{}, err
 	}
-	st, _, err := store.Load(ctx, ref)
+	st, rev, err := store.Load(ctx, ref)
 	if err != nil {
 		return ContextResponse{}, err
 	}
@@ -93,7 +93,7 @@ func (s *Service) sessionContext(ctx context.Context, req ContextRequest) (Conte
 	if err != nil {
 		return ContextResponse{}, err
 	}
-	entries, err := store.ReadSpans(ctx, ref, st.Live())
+	entries, err := store.ReadSpans(ctx, ref, st.Live(), rev)
 	if err != nil {
 		return ContextResponse{}, err
 	}

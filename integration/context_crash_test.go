@@ -36,11 +36,11 @@ func contextOf(t *testing.T, e *crashEnv, ref streams.SessionRef) (record.State,
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := s.Load(context.Background(), ref)
+	st, rev, err := s.Load(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := s.ReadSpans(context.Background(), ref, st.Live())
+	entries, err := s.ReadSpans(context.Background(), ref, st.Live(), rev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -303,7 +303,7 @@ func Page(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	if err != nil {
 		return Transcript{}, err
 	}
-	st, _, err := s.Load(ctx, ref)
+	st, rev, err := s.Load(ctx, ref)
 	if err != nil {
 		return Transcript{}, err
 	}
@@ -311,7 +311,7 @@ func Page(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	var entries []Entry
 	if from < st.NextEntry && limit > 0 {
 		to := min(st.NextEntry-1, from+uint64(limit)-1)
-		if entries, err = s.ReadSpans(ctx, ref, []Span{{From: from, To: to}}); err != nil {
+		if entries, err = s.ReadSpans(ctx, ref, []Span{{From: from, To: to}}, rev); err != nil {
 			return Transcript{}, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,7 +113,7 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 			continue
 		}
 		if IsConflict(err) {
-			err = s.replace(ctx, ref, entries[i].ID, bodies[i], rev)
+			err = s.replace(ctx, ref, entries[i].ID, bodies[i], rev, conflictSeq(err))
 		} else {
 			err = s.createOne(ctx, ref, entries[i].ID, bodies[i], rev)
 		}
@@ -149,7 +150,7 @@ func (s *Store) createOne(ctx context.Context, ref streams.SessionRef, id uint64
 		case err == nil:
 			return nil
 		case IsConflict(err):
-			return s.replace(ctx, ref, id, b, rev)
+			return s.replace(ctx, ref, id, b, rev, conflictSeq(err))
 		case ctx.Err() != nil:
 			return fmt.Errorf("record: create entry %d of %s: %w (last attempt: %v)", id, ref, context.Cause(ctx), err)
 		}
@@ -171,7 +172,9 @@ func (s *Store) createOne(ctx context.Context, ref streams.SessionRef, id uint64
 
 // replace settles an entry id found taken: by the same bytes it is this
 // writer's; by others, it is replaced while the state is still at rev,
-// and the writer is fenced once the state has moved on.
+// and the writer is fenced once the state has moved on. taken is the
+// sequence the server named as the id's last when it refused the create
+// (0 if its answer did not say).
 //
 // The replacement is conditional on the state, not on the entry: it
 // carries the state key as the subject of its expected last sequence, so
@@ -180,13 +183,25 @@ func (s *Store) createOne(ctx context.Context, ref streams.SessionRef, id uint64
 // may move on before the write (a successor's claim, then its settlement
 // adopting the very entry, which writes nothing), and the late write would
 // then change an entry a state names.
-func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, b []byte, rev uint64) error {
+//
+// A read of the entry may be served by a replica behind the leader (a
+// direct get is answered by any replica that is nearly current): it may
+// show an earlier version of the id than the one that refused the create,
+// one a writer at an older revision replaced while the state was still
+// at its revision. Same bytes in such a read prove nothing (a successor
+// adopting that earlier version would otherwise name in its state an
+// entry that holds other bytes), so the id is taken for this writer's
+// only when the read is at least as new as the version the server named;
+// otherwise the conditional replacement, which the leader decides, is
+// made, and it writes the same bytes where they are already there.
+func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, b []byte, rev, taken uint64) error {
 	key := s.names.LogKey(ref, id)
 	delay := writeRetryFirst
 	for range maxReplace {
 		gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 		e, err := s.kv.Get(gctx, key)
 		cancel()
+		other := false
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			// Deleted since (a tombstone), or a replica behind the write
@@ -194,7 +209,11 @@ func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, 
 		case err != nil:
 			return fmt.Errorf("record: read taken entry %d of %s: %w", id, ref, err)
 		case bytes.Equal(e.Value(), b):
-			return nil
+			if taken > 0 && e.Revision() >= taken {
+				return nil
+			}
+		default:
+			other = true
 		}
 		st, srev, err := s.Load(ctx, ref)
 		if err != nil {
@@ -204,7 +223,7 @@ func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, 
 		case srev > rev || st.NextEntry > id:
 			return fmt.Errorf("record: entry %d of %s is taken and the state moved on from revision %d to %d: %w", id, ref, rev, srev, ErrFenced)
 		case srev == rev:
-			if s.Retried != nil {
+			if other && s.Retried != nil {
 				s.Retried(ref, "entry_replaced", fmt.Errorf("entry %d taken by an entry no state names", id))
 			}
 			uctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
@@ -227,6 +246,24 @@ func (s *Store) replace(ctx context.Context, ref streams.SessionRef, id uint64, 
 		delay = min(2*delay, writeRetryMax)
 	}
 	return fmt.Errorf("record: entry %d of %s: not replaced in %d rounds", id, ref, maxReplace)
+}
+
+// conflictSeq returns the sequence a refused conditional write's answer
+// names as the subject's last ("wrong last sequence: N"), or 0.
+func conflictSeq(err error) uint64 {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeWrongLastSeq {
+		return 0
+	}
+	_, n, ok := strings.Cut(apiErr.Description, ": ")
+	if !ok {
+		return 0
+	}
+	seq, err := strconv.ParseUint(strings.TrimSpace(n), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return seq
 }
 
 // replaceMsg is the write of an entry over whatever its id holds, stored

@@ -360,3 +360,88 @@ func testReplaceRacesSuccessorsAdoption(t *testing.T, open func(*testing.T) (*St
 		t.Errorf("the successor's state names entry 1 = %q, the late writer's, not the %q it adopted", tr[0].Result, "older")
 	}
 }
+
+// TestAdoptionReadBehindTheLeader adopts a settlement read from a
+// replica behind the leader (a direct get may be served by any replica):
+// the leader holds a later replacement of the entry, which a writer made
+// while the state was still at its revision. The adopting writer's state
+// must name what it adopted, so its write of the entry is made although
+// its read found the id taken by the same bytes.
+func TestAdoptionReadBehindTheLeader(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := st.Clone()
+	held.Pending = &Intent{Kind: StepTool, Step: 1, Entry: 1, CallID: "c1", Tool: "x", Replay: ReplaySafe, Owner: "late"}
+	held.Calls = []CallRef{{ID: "c1", Name: "x"}}
+	if rev, err = s.Update(ctx, ref, held, rev); err != nil {
+		t.Fatal(err)
+	}
+	older := Entry{ID: 1, Kind: KindToolResult, Name: "x", CallID: "c1", Result: "older", Step: 1, Entries: 1, Time: now}
+	leftover(t, s, ref, older)
+	key := s.names.LogKey(ref, 1)
+	stale, err := s.kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer at rev replaces it, then loses the session.
+	late := Entry{ID: 1, Kind: KindToolResult, Name: "x", CallID: "c1", Result: "late", Step: 1, Entries: 1, Time: now}
+	b, err := marshal(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.replace(ctx, ref, 1, b, rev, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The successor's reads of the entry come from a replica without the
+	// replacement.
+	successor, err := Open(ctx, s.js, s.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	successor.kv = behindKV{KeyValue: successor.kv, key: key, stale: stale}
+	cur, crev, err := successor.Load(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Epoch++
+	if crev, err = successor.Update(ctx, ref, cur, crev); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := successor.Stored(ctx, ref, *cur.Pending)
+	if err != nil || len(stored) != 1 || stored[0].Result != "older" {
+		t.Fatalf("stored %+v, %v", stored, err)
+	}
+	next := cur.Clone()
+	next.Pending, next.Calls, next.Steps, next.NextEntry = nil, nil, 1, 2
+	if _, err := successor.Settle(ctx, ref, stored, next, crev); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := s.entry(ctx, ref, 1)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if e.Result != "older" {
+		t.Errorf("the state names entry 1 = %q, not the %q its settlement adopted", e.Result, "older")
+	}
+}
+
+// behindKV answers Get of key with stale, as a replica that has not yet
+// applied the key's latest write.
+type behindKV struct {
+	jetstream.KeyValue
+	key   string
+	stale jetstream.KeyValueEntry
+}
+
+func (b behindKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == b.key {
+		return b.stale, nil
+	}
+	return b.KeyValue.Get(ctx, key)
+}

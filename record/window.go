@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -85,10 +87,19 @@ func (s State) Live() []Span {
 const maxMultiGet = 1024
 
 // ReadSpans reads the entries of spans by their keys, in the spans'
-// order: one batched direct get per 1024 entries (a multi_last request
+// order: one batched direct get per 1023 entries (a multi_last request
 // for the entries' subjects), so reading the live context costs what it
 // holds, not what the transcript holds. A missing entry is an error.
-func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []Span) ([]Entry, error) {
+//
+// rev is the revision of the state that names the spans (0: none). A
+// batched direct get may be answered by a replica behind the leader,
+// which lacks the latest entries or holds an earlier version of an id (a
+// leftover its settlement replaced); the state's key is read in the same
+// batch, and until the replica answering holds the state at rev or later
+// (a replica applies the bucket's writes in order, so it then holds every
+// entry that state names as it was named) the read is made again, for up
+// to entriesCatchUp.
+func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []Span, rev uint64) ([]Entry, error) {
 	var ids []uint64
 	for _, sp := range spans {
 		for id := sp.From; id <= sp.To && id != 0; id++ {
@@ -97,9 +108,9 @@ func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []S
 	}
 	out := make([]Entry, 0, len(ids))
 	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), maxMultiGet)]
+		chunk := ids[:min(len(ids), maxMultiGet-1)]
 		ids = ids[len(chunk):]
-		got, err := s.multiGet(ctx, ref, chunk)
+		got, err := s.readChunk(ctx, ref, chunk, rev)
 		if err != nil {
 			return nil, err
 		}
@@ -108,28 +119,79 @@ func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []S
 	return out, nil
 }
 
-// multiGet reads up to maxMultiGet entries in one batched direct get.
-func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint64) ([]Entry, error) {
-	subjects := make([]string, len(ids))
+// spansCatchUp bounds how long ReadSpans waits for a replica behind the
+// state it reads for.
+var spansCatchUp = entriesCatchUp
+
+// readChunk reads ids in one batched direct get, again while the replica
+// answering is behind revision rev of the state.
+func (s *Store) readChunk(ctx context.Context, ref streams.SessionRef, ids []uint64, rev uint64) ([]Entry, error) {
+	delay := time.Millisecond
+	var deadline time.Time
+	for {
+		got, seq, missing, err := s.multiGet(ctx, ref, ids, rev > 0)
+		if err != nil {
+			return nil, err
+		}
+		if seq >= rev {
+			if missing != 0 {
+				return nil, fmt.Errorf("record: transcript of %s lacks entry %d (%d of %d read)", ref, missing, len(ids)-countMissing(got, ids), len(ids))
+			}
+			return got, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(spansCatchUp)
+		} else if time.Now().After(deadline) {
+			return nil, fmt.Errorf("record: read entries of %s: the replica answering holds its state at revision %d, behind %d, after %s", ref, seq, rev, spansCatchUp)
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+func countMissing(got []Entry, ids []uint64) int {
+	n := 0
+	for i, e := range got {
+		if e.ID != ids[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// multiGet reads up to maxMultiGet-1 entries in one batched direct get,
+// and with withState the session's state key beside them: it returns the
+// entries (a missing one left zero), the state's revision as the replica
+// answering holds it (0 if it holds none, or not asked), and the first
+// id missing (0 if none).
+func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint64, withState bool) ([]Entry, uint64, uint64, error) {
+	subjects := make([]string, len(ids), len(ids)+1)
 	want := make(map[string]int, len(ids))
 	for i, id := range ids {
 		subjects[i] = streams.KVSubject(s.bucket, s.names.LogKey(ref, id))
 		want[subjects[i]] = i
 	}
+	stateSubject := ""
+	if withState {
+		stateSubject = streams.KVSubject(s.bucket, s.names.StateKey(ref))
+		subjects = append(subjects, stateSubject)
+	}
 	body, err := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
 	}{subjects})
 	if err != nil {
-		return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	inbox := s.nc.NewRespInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	defer sub.Unsubscribe()
 	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+streams.KVStream(s.bucket), inbox, body); err != nil {
-		return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -138,10 +200,11 @@ func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint
 	}
 	out := make([]Entry, len(ids))
 	found := 0
+	var stateSeq uint64
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("record: read %d entries of %s (%d answered): %w", len(ids), ref, found, err)
+			return nil, 0, 0, fmt.Errorf("record: read %d entries of %s (%d answered): %w", len(ids), ref, found, err)
 		}
 		if status := m.Header.Get("Status"); status != "" {
 			// 204 ends the batch; 404 answers a batch none of whose
@@ -149,24 +212,31 @@ func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint
 			if status == "204" || status == "404" {
 				break
 			}
-			return nil, fmt.Errorf("record: read %d entries of %s: status %s %s", len(ids), ref, status, m.Header.Get("Description"))
+			return nil, 0, 0, fmt.Errorf("record: read %d entries of %s: status %s %s", len(ids), ref, status, m.Header.Get("Description"))
 		}
-		i, ok := want[m.Header.Get(jetstream.SubjectHeader)]
+		subject := m.Header.Get(jetstream.SubjectHeader)
+		if withState && subject == stateSubject {
+			stateSeq, _ = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			continue
+		}
+		i, ok := want[subject]
 		if !ok || m.Header.Get("KV-Operation") != "" {
 			// Not asked for, or a delete marker: the entry is missing.
 			continue
 		}
 		if err := json.Unmarshal(m.Data, &out[i]); err != nil {
-			return nil, fmt.Errorf("record: decode %s: %w", m.Header.Get(jetstream.SubjectHeader), err)
+			return nil, 0, 0, fmt.Errorf("record: decode %s: %w", subject, err)
 		}
 		found++
 	}
+	var missing uint64
 	if found != len(ids) {
 		for i, e := range out {
 			if e.ID != ids[i] {
-				return nil, fmt.Errorf("record: transcript of %s lacks entry %d (%d of %d read)", ref, ids[i], found, len(ids))
+				missing = ids[i]
+				break
 			}
 		}
 	}
-	return out, nil
+	return out, stateSeq, missing, nil
 }

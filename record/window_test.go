@@ -54,7 +54,7 @@ func TestReadSpans(t *testing.T) {
 	writeEntries(t, s, ref, 1500)
 	other, _ := streams.NewSessionRef("demo", "s2")
 	writeEntries(t, s, other, 3)
-	got, err := s.ReadSpans(ctx, ref, []Span{{1, 2}, {1400, 1400}, {100, 1300}})
+	got, err := s.ReadSpans(ctx, ref, []Span{{1, 2}, {1400, 1400}, {100, 1300}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +72,66 @@ func TestReadSpans(t *testing.T) {
 	if !strings.HasPrefix(got[2].Text, "entry 1400 ") {
 		t.Fatalf("entry 1400 reads %q", got[2].Text[:20])
 	}
-	if _, err := s.ReadSpans(ctx, ref, []Span{{1499, 1501}}); err == nil || !strings.Contains(err.Error(), "lacks entry 1501") {
+	if _, err := s.ReadSpans(ctx, ref, []Span{{1499, 1501}}, 0); err == nil || !strings.Contains(err.Error(), "lacks entry 1501") {
 		t.Fatalf("missing entry: %v", err)
 	}
-	if _, err := s.ReadSpans(ctx, other, []Span{{5, 6}}); err == nil || !strings.Contains(err.Error(), "lacks entry 5") {
+	if _, err := s.ReadSpans(ctx, other, []Span{{5, 6}}, 0); err == nil || !strings.Contains(err.Error(), "lacks entry 5") {
 		t.Fatalf("no entry at all: %v", err)
+	}
+}
+
+// TestReadSpansWaitsForTheState reads entries for a state revision the
+// replica answering does not hold yet (as a replica behind the leader
+// would answer): the read waits until it does, and names the revision
+// it waited for when it never comes.
+func TestReadSpansWaitsForTheState(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	st := NewState(ref.Agent, ref.Session, time.Now().UTC())
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeEntries(t, s, ref, 3)
+	st.NextEntry = 4
+	if _, err := s.ReadSpans(ctx, ref, st.Live(), rev); err != nil {
+		t.Fatalf("read at the state's revision: %v", err)
+	}
+	// The state's next write is not made yet: a read for it waits.
+	next := rev + 4 // three entries, then the state
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		es, err := s.ReadSpans(ctx, ref, st.Live(), next)
+		done <- result{len(es), err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("read for revision %d returned before the state was there: %d entries, %v", next, r.n, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	wrev, err := s.Update(ctx, ref, st, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrev != next {
+		t.Fatalf("state written at %d, the test expected %d", wrev, next)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != 3 {
+			t.Fatalf("read once the state is there: %d entries, %v", r.n, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read did not end once the state was there")
+	}
+	defer func(d time.Duration) { spansCatchUp = d }(spansCatchUp)
+	spansCatchUp = 200 * time.Millisecond
+	if _, err := s.ReadSpans(ctx, ref, st.Live(), next+10); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("revision %d, behind %d", next, next+10)) {
+		t.Fatalf("read for a revision never written: %v", err)
 	}
 }
 
@@ -117,7 +172,7 @@ func BenchmarkReadContext(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("batch-get/entries=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := s.ReadSpans(ctx, ref, last); err != nil {
+				if _, err := s.ReadSpans(ctx, ref, last, 0); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -96,7 +96,7 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 	if err := w.index.Heal(ctx, s.st); err != nil {
 		r.log.Warn("heal the session's status index entry", "err", err)
 	}
-	entries, err := w.store.ReadSpans(ctx, r.ref, s.st.Live())
+	entries, err := w.store.ReadSpans(ctx, r.ref, s.st.Live(), s.rev)
 	if err != nil {
 		return nil, err
 	}
