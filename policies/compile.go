@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jetloop/jetloop/model/prices"
 	"github.com/jetloop/jetloop/schedule/pattern"
 	"github.com/jetloop/jetloop/tools"
 )
@@ -192,6 +193,29 @@ func checkRuntime(c *checker, d Definition) {
 		}
 		if strings.TrimSpace(t) != "" && !slices.Contains(knownTools(), t) {
 			c.addf(fmt.Sprintf("tools[%d]", i), "unknown tool %q: the tools are %s", t, strings.Join(knownTools(), ", "))
+		}
+	}
+	checkPriced(c, d)
+}
+
+// checkPriced refuses a spend limit that could never be reached: one on
+// a model that costs nothing because neither the price table
+// (package prices) nor model.price prices it.
+func checkPriced(c *checker, d Definition) {
+	l := d.Limits
+	if l == nil || d.Model.Price != nil {
+		return
+	}
+	if _, ok := prices.Lookup(d.Model.Name); ok {
+		return
+	}
+	for _, f := range []struct {
+		name string
+		usd  float64
+	}{{"session_usd", l.SessionUSD}, {"agent_usd_per_day", l.AgentUSDPerDay}, {"key_usd_per_day", l.KeyUSDPerDay}} {
+		if f.usd > 0 {
+			c.addf("limits."+f.name, "model %q has no price in the price table, so its calls cost 0 and the limit is never reached: give model.price {input_per_mtok, output_per_mtok}", d.Model.Name)
+			return
 		}
 	}
 }
