@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -70,6 +72,9 @@ type browser struct {
 	mu  sync.Mutex
 	// problems are the page's exceptions and console errors so far.
 	problems []string
+	// dialogs are the messages of the dialogs (confirm) the page opened,
+	// each accepted.
+	dialogs []string
 }
 
 func newBrowser(t *testing.T, path string) *browser {
@@ -127,6 +132,22 @@ func newBrowser(t *testing.T, path string) *browser {
 	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
 		t.Fatalf("chromium %s: enable its log: %v", path, err)
 	}
+	// A confirm (Cancel asks one) is answered OK, as a person would, and
+	// its question kept for the test to read.
+	opening := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range opening {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.dialogs = append(b.dialogs, ev.Message)
+			b.mu.Unlock()
+			go func() {
+				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			}()
+		}
+	}()
 	t.Cleanup(func() {
 		cancelTime()
 		cancelTab()
@@ -256,12 +277,35 @@ triggers:
     session: event.subject
 `
 
+// slowAgent's first model call takes a while (time to interrupt it) and
+// asks for a result too large for the context, which goes to jl_blobs.
+const slowAgent = `name: slow
+description: Lists numbers, slowly.
+model:
+  provider: scripted
+  script:
+    - text: Listing.
+      delay: 10s
+      tool_calls: [{name: shell, args: {command: "seq 1 60000"}}]
+      usage: {input_tokens: 100, output_tokens: 10}
+    - text: Listed.
+      usage: {input_tokens: 200, output_tokens: 5}
+tools: [shell]
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`
+
 // TestDashboardInBrowser drives the dashboard of `jetloop dev` in a
 // headless chromium, as a person would: the one-time link signs in; the
 // list shows a blocked session, live; its page shows the call waiting
 // for approval with its arguments; Approve runs it to done; a steer
 // typed into the page reaches the transcript before the next model
-// call; the page holds on a phone-sized screen; every control has a
+// call; Deny with a reason, Cancel, Interrupt and Resume, and Fork at a
+// turn act on the session as the CLI's verbs do; a result kept in
+// jl_blobs is read page by page on demand; a schedule is suspended and
+// resumed; the page holds on a phone-sized screen; every control has a
 // label; the page has no error.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
@@ -281,12 +325,21 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	putAgent(t, url, c.Definition)
-	send := func(session, text string) {
+	slow, err := policies.Parse("slow.yaml", []byte(slowAgent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAgent(t, url, slow.Definition)
+	sendTo := func(agent, session, text string) {
 		t.Helper()
 		natstest.WaitFor(t, 30*time.Second, func() error {
-			_, err := jetloopCmd(t, bin, "send", "--server", url, "gated", session, text)
+			_, err := jetloopCmd(t, bin, "send", "--server", url, agent, session, text)
 			return err
 		})
+	}
+	send := func(session, text string) {
+		t.Helper()
+		sendTo("gated", session, text)
 	}
 	waitShow := func(ref, status string) showJSON {
 		t.Helper()
@@ -381,6 +434,151 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.checkPage()
 	})
 
+	// fact is the text of the session page's fact named dt.
+	fact := func(dt string) string {
+		return `(() => { const d = [...document.querySelectorAll(".facts dt")].find((d) => d.textContent === "` + dt + `"); return d ? d.nextElementSibling.textContent : ""; })()`
+	}
+	badgeIs := func(status string) string {
+		return `(document.querySelector("h1 .badge") || {}).textContent === "` + status + `"`
+	}
+
+	t.Run("deny", func(t *testing.T) {
+		b.use(t)
+		send("s3", "write a third file")
+		waitShow("gated/s3", "blocked")
+		b.do("open the third session", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s3"))
+		b.await("the call waiting for approval", `!!document.querySelector("section.approval #approve-note") && document.querySelectorAll(".timeline li").length >= 4`, 30*time.Second)
+		const reason = "not in this folder"
+		b.do("give a reason", chromedp.SendKeys(chromedp.ID("approve-note"), reason))
+		b.do("press Deny", chromedp.Click(chromedp.CSS(`section.approval button.danger`)))
+		b.await("the session runs to done", badgeIs("done"), time.Minute)
+		b.await("the refusal in the timeline", `[...document.querySelectorAll('.timeline li[data-kind="tool_result"]')].some((li) => li.textContent.includes("denied: `+reason+`"))`, 30*time.Second)
+		s := waitShow("gated/s3", "done")
+		res := toolResults(s.Transcript, "shell")
+		if len(res) != 1 || res[0]["is_error"] != true || res[0]["result"] != "denied: "+reason+" (the call did not run)" {
+			t.Fatalf("shell results %v, want the denied call's refusal once", res)
+		}
+		b.checkPage()
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		b.use(t)
+		send("s4", "write a fourth file")
+		waitShow("gated/s4", "blocked")
+		b.do("open the fourth session", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s4"))
+		b.await("its page", `!!document.querySelector("section.approval") && `+badgeIs("blocked"), 30*time.Second)
+		b.do("press Cancel", chromedp.Click(chromedp.CSS(`.actions button.danger`)))
+		b.await("the session cancelled", badgeIs("cancelled"), time.Minute)
+		b.mu.Lock()
+		asked := strings.Join(b.dialogs, "\n")
+		b.mu.Unlock()
+		if !strings.Contains(asked, "Cancel gated/s4?") {
+			t.Fatalf("Cancel asked %q, want a confirmation naming the session", asked)
+		}
+		waitShow("gated/s4", "cancelled")
+		if eval[bool](b, `document.querySelector(".actions button.danger").disabled`) != true {
+			t.Fatal("Cancel is still enabled for a cancelled session")
+		}
+		b.checkPage()
+	})
+
+	t.Run("interrupt", func(t *testing.T) {
+		b.use(t)
+		sendTo("slow", "n1", "list the numbers")
+		b.do("open the slow session", chromedp.Navigate(ready["http"]+"/ui/#/s/slow/n1"))
+		b.await("it works", badgeIs("working")+` && !document.querySelector(".actions .row button:nth-of-type(2)").disabled`, 30*time.Second)
+		b.do("press Interrupt", chromedp.Click(chromedp.CSS(`.actions .row button:nth-of-type(2)`)))
+		b.await("paused at the step's end", badgeIs("paused"), time.Minute)
+		if got := eval[string](b, fact("Reason")); got != "interrupted" {
+			t.Fatalf("paused for %q, want interrupted", got)
+		}
+		b.do("press Resume", chromedp.Click(chromedp.CSS(`.actions .row button:nth-of-type(1)`)))
+		b.await("the session runs to done", badgeIs("done"), time.Minute)
+		s := waitShow("slow/n1", "done")
+		var verbs []string
+		for _, e := range s.Transcript {
+			if e["kind"] == "control" {
+				verbs = append(verbs, e["name"].(string))
+			}
+		}
+		if strings.Join(verbs, " ") != "interrupt resume" {
+			t.Fatalf("control entries %v, want interrupt then resume", verbs)
+		}
+		res := toolResults(s.Transcript, "shell")
+		if len(res) != 1 || res[0]["blob"] == nil {
+			t.Fatalf("shell results %v, want one kept in jl_blobs", res)
+		}
+		// The whole output of seq 1 60000, read on demand: two pages.
+		load := `.timeline li[data-kind="tool_result"] .row button`
+		b.await("the result's loader", `!!document.querySelector('`+load+`')`, 30*time.Second)
+		b.do("load the result", chromedp.Click(chromedp.CSS(load)))
+		b.await("its first page", `document.querySelector('`+load+`').textContent.startsWith("Load more (")`, 30*time.Second)
+		b.do("load the rest", chromedp.Click(chromedp.CSS(load)))
+		b.await("the whole result", `document.querySelector('`+load+`').textContent.startsWith("Whole result shown (")`, 30*time.Second)
+		text := eval[string](b, `document.querySelector('.timeline li[data-kind="tool_result"] .row + pre').textContent`)
+		shown := eval[string](b, `document.querySelector('`+load+`').textContent`)
+		if want := fmt.Sprintf("Whole result shown (%s bytes)", thousands(len(text))); shown != want {
+			t.Fatalf("the loader says %q, want %q", shown, want)
+		}
+		if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "\n29999\n30000\n30001\n") || !strings.Contains(text, "\n59999\n60000\n") {
+			t.Fatalf("the loaded result (%d bytes) is not seq 1 60000: starts %.20q, ends %q", len(text), text, text[max(0, len(text)-40):])
+		}
+		b.checkPage()
+	})
+
+	t.Run("fork", func(t *testing.T) {
+		b.use(t)
+		b.do("open the first session", chromedp.Navigate(ready["http"]+"/ui/#/s/gated/s1"))
+		b.await("its page", badgeIs("done")+` && !!document.querySelector("#fork-turn") && document.querySelectorAll(".timeline li").length >= 5`, 30*time.Second)
+		b.do("fork at turn 1", chromedp.SendKeys(chromedp.ID("fork-turn"), "1"), chromedp.Click(chromedp.CSS(`form:has(#fork-turn) button[type="submit"]`)))
+		b.await("the fork's page", `location.hash === "#/s/gated/s1-fork" && `+fact("Forked from")+` === "gated/s1 at turn 1"`, time.Minute)
+		b.do("follow the link to the parent", chromedp.Click(chromedp.CSS(`.facts dd a[href="#/s/gated/s1"]`)))
+		b.await("the parent's page", `location.hash === "#/s/gated/s1" && document.querySelector("h1").textContent.startsWith("gated / s1 ")`, 30*time.Second)
+		s, err := show(t, bin, url, "gated/s1-fork")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Transcript) == 0 || s.Transcript[0]["text"] != "write the file" {
+			t.Fatalf("the fork's transcript %v, want the parent's from its request", s.Transcript)
+		}
+		// The fork holds the parent's entries up to the end of turn 1, then
+		// runs on its own.
+		parent, err := show(t, bin, url, "gated/s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var copied int
+		for i, e := range parent.Transcript {
+			if turn, _ := e["turn"].(float64); turn > 1 {
+				break
+			}
+			if i >= len(s.Transcript) || s.Transcript[i]["kind"] != e["kind"] || s.Transcript[i]["text"] != e["text"] || s.Transcript[i]["call_id"] != e["call_id"] {
+				t.Fatalf("the fork's entry %d differs from its parent's %v:\nfork: %v", i, e, s.Transcript)
+			}
+			copied++
+		}
+		if copied < 4 {
+			t.Fatalf("the fork copied %d entries of turn 1, want the request, the answer, the call and its result", copied)
+		}
+		b.checkPage()
+	})
+
+	t.Run("schedule", func(t *testing.T) {
+		b.use(t)
+		row := `[...document.querySelectorAll("tbody tr")].find((tr) => tr.textContent.includes("monitor/health"))`
+		b.do("open the schedules", chromedp.Navigate(ready["http"]+"/ui/#/schedules"))
+		b.await("monitor/health, closed, with its next fire", `(() => { const r = `+row+`; return !!r && r.textContent.includes("closed") && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.do("press Suspend", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button`)))
+		b.await("suspended", `(() => { const r = `+row+`; return !!r && r.textContent.includes("tripped") && r.textContent.includes("Resume"); })()`, 30*time.Second)
+		out, err := jetloopCmd(t, bin, "schedules", "--server", url)
+		if err != nil || !strings.Contains(out, "suspended") {
+			t.Fatalf("jetloop schedules after Suspend: %v\n%s", err, out)
+		}
+		b.do("press Resume", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button.primary`)))
+		b.await("resumed", `(() => { const r = `+row+`; return !!r && r.textContent.includes("closed") && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.checkPage()
+	})
+
 	t.Run("views", func(t *testing.T) {
 		b.use(t)
 		for _, v := range []struct{ hash, ready string }{
@@ -436,4 +634,13 @@ func dashboardLink(t *testing.T, p *proc) string {
 			t.Fatalf("no dashboard link printed\nstderr:\n%s", p.Stderr())
 		}
 	}
+}
+
+// thousands formats n as the page does (en-US: 348,907).
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
