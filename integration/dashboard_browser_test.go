@@ -297,6 +297,31 @@ triggers:
     session: event.subject
 `
 
+// leadAgent delegates to helperAgent, which answers at once.
+const (
+	leadAgent = `name: lead
+description: Asks the helper.
+model:
+  provider: scripted
+  script:
+    - text: Asking the helper.
+      tool_calls: [{name: delegate, args: {agent: helper, task: count the files}}]
+    - text: The helper counted three.
+tools: [delegate]
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`
+	helperAgent = `name: helper
+description: Counts.
+model:
+  provider: scripted
+  script:
+    - text: Three files.
+`
+)
+
 // TestDashboardInBrowser drives the dashboard of `jetloop dev` in a
 // headless chromium, as a person would: the one-time link signs in; the
 // list shows a blocked session, live; its page shows the call waiting
@@ -305,7 +330,8 @@ triggers:
 // call; Deny with a reason, Cancel, Interrupt and Resume, and Fork at a
 // turn act on the session as the CLI's verbs do; a result kept in
 // jl_blobs is read page by page on demand; a schedule is suspended and
-// resumed; the page holds on a phone-sized screen; every control has a
+// resumed; a delegating session links its child and the child its
+// parent and task; the page holds on a phone-sized screen; every control has a
 // label; the page has no error.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
@@ -330,6 +356,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	putAgent(t, url, slow.Definition)
+	for _, def := range []string{leadAgent, helperAgent} {
+		c, err := policies.Parse("agent.yaml", []byte(def))
+		if err != nil {
+			t.Fatal(err)
+		}
+		putAgent(t, url, c.Definition)
+	}
 	sendTo := func(agent, session, text string) {
 		t.Helper()
 		natstest.WaitFor(t, 30*time.Second, func() error {
@@ -576,6 +609,23 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		b.do("press Resume", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button.primary`)))
 		b.await("resumed", `(() => { const r = `+row+`; return !!r && r.textContent.includes("closed") && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.checkPage()
+	})
+
+	t.Run("delegation", func(t *testing.T) {
+		b.use(t)
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			_, err := jetloopCmd(t, bin, "send", "--server", url, "--wait", "lead", "t1", "count them")
+			return err
+		})
+		const child = "helper/lead/t1/call_0_0"
+		b.do("open the delegating session", chromedp.Navigate(ready["http"]+"/ui/#/s/lead/t1"))
+		b.await("its child, answered", badgeIs("done")+` && `+fact("Delegated to")+`.includes("`+child+` done answered")`, 30*time.Second)
+		b.do("follow the link to the child", chromedp.Click(chromedp.CSS(`.facts dd li a`)))
+		b.await("the child's page", `location.hash === "#/s/helper/lead%2Ft1%2Fcall_0_0" && `+fact("Task")+` === "count the files" && `+fact("Delegated by")+`.startsWith("lead/t1 (call call_0_0, depth 1)")`, 30*time.Second)
+		b.await("the child's answer in its timeline", `[...document.querySelectorAll('.timeline li[data-kind="assistant"]')].some((li) => li.textContent.includes("Three files."))`, 30*time.Second)
+		b.do("follow the link to the parent", chromedp.Click(chromedp.CSS(`.facts dd a[href="#/s/lead/t1"]`)))
+		b.await("the parent's page", `location.hash === "#/s/lead/t1" && document.querySelector("h1").textContent.startsWith("lead / t1 ")`, 30*time.Second)
 		b.checkPage()
 	})
 
