@@ -101,13 +101,69 @@ func exitCode(err error) int {
 // the request as it stands. Errors are one line on stderr naming what
 // failed and why.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	format, args, err := logFormat(args, os.Getenv("JETLOOP_LOG_FORMAT"))
+	if err != nil {
+		fmt.Fprintf(stderr, "jetloop: %v\n", err)
+		return ExitUsage
+	}
 	env := &Env{
 		Stdout: stdout,
 		Stderr: stderr,
-		Log:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()})),
+		Log:    slog.New(NewLogHandler(stderr, format, logLevel())),
 		Getenv: os.Getenv,
 	}
 	return MainEnv(ctx, env, args)
+}
+
+// Log formats of --log-format.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// NewLogHandler is the handler of the process's logs on w: logfmt-style
+// text, or one JSON object a line.
+func NewLogHandler(w io.Writer, format string, level slog.Leveler) slog.Handler {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == LogJSON {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return slog.NewTextHandler(w, opts)
+}
+
+// logFormat takes --log-format FORMAT (or --log-format=FORMAT) from
+// anywhere on the command line, every verb taking it, and returns the
+// format (def when absent, else text) and the rest of the arguments.
+func logFormat(args []string, def string) (string, []string, error) {
+	format := def
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "log-format" {
+			rest = append(rest, a)
+			continue
+		}
+		if !hasValue {
+			if i+1 == len(args) {
+				return "", nil, errors.New("--log-format needs a value: text or json")
+			}
+			i++
+			value = args[i]
+		}
+		format = value
+	}
+	switch format {
+	case "", LogText:
+		return LogText, rest, nil
+	case LogJSON:
+		return LogJSON, rest, nil
+	}
+	return "", nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 // MainEnv is Main with a given environment.
@@ -149,7 +205,7 @@ func usage(w io.Writer) {
 	for _, c := range cs {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nRun 'jetloop COMMAND -h' for a command's flags.\n")
+	b.WriteString("\nRun 'jetloop COMMAND -h' for a command's flags. Every command takes --log-format text|json\n(or JETLOOP_LOG_FORMAT) for its logs on stderr, and JETLOOP_LOG_LEVEL=debug shows more.\n")
 	io.WriteString(w, b.String())
 }
 

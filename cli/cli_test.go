@@ -3,14 +3,18 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetloop/jetloop/cli"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -54,12 +58,43 @@ func (s *syncBuffer) waitFor(t *testing.T, want string, timeout time.Duration) {
 	}
 }
 
+// checker is the test whose logs are held to one attribute a key per
+// line; the package's tests set it (see TestMain).
+var checker = &failures{}
+
+// failures collects the lines with repeated keys of every process the
+// tests run; TestMain fails the run if there are any.
+type failures struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (f *failures) Helper() {}
+func (f *failures) Errorf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.lines) < 20 {
+		f.lines = append(f.lines, fmt.Sprintf(format, args...))
+	}
+}
+
 func env(stdout, stderr io.Writer, vars map[string]string) *cli.Env {
 	return &cli.Env{
 		Stdout: stdout, Stderr: stderr,
-		Log:    slog.New(slog.NewTextHandler(stderr, nil)),
+		// Every line the commands log is checked: a key repeated on one
+		// line fails the package's tests.
+		Log:    slog.New(logtest.New(checker, stderr, slog.LevelInfo)),
 		Getenv: func(k string) string { return vars[k] },
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if len(checker.lines) > 0 {
+		fmt.Fprintf(os.Stderr, "log lines that repeat a key:\n  %s\n", strings.Join(checker.lines, "\n  "))
+		code = 1
+	}
+	os.Exit(code)
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -136,4 +171,53 @@ func TestFlagsAfterPositionalArguments(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), "flag provided but not defined: -nope") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
+}
+
+// TestLogFormatJSON runs a command with --log-format json anywhere on its
+// line: every line it logs is one JSON object.
+func TestLogFormatJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(), []string{"dev", "--data", t.TempDir(), "--log-format", "json", "--nats-port", "0", "--http", "127.0.0.1:0", "--workers", "0", "--nope"}, &out, &errb)
+	if code != 2 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var errb2 bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout := newSyncBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Main(ctx, []string{"dev", "--log-format=json", "--data", t.TempDir(), "--nats-port", "0", "--http", "127.0.0.1:0", "--workers", "0"}, stdout, &lockedWriter{w: &errb2})
+	}()
+	stdout.waitFor(t, "jetloop ready", 2*time.Minute)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("dev did not stop")
+	}
+	lines := strings.Split(strings.TrimSpace(errb2.String()), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("%d log lines: %q", len(lines), errb2.String())
+	}
+	for _, l := range lines {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil || v["msg"] == nil || v["level"] == nil {
+			t.Errorf("not a JSON log line: %q (%v)", l, err)
+		}
+	}
+	if code := cli.Main(context.Background(), []string{"version", "--log-format", "xml"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "want text or json") {
+		t.Errorf("--log-format xml: exit %d, %q", code, errb.String())
+	}
+}
+
+// lockedWriter serialises writes of several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -71,7 +71,7 @@ func runComponentCmd(ctx context.Context, env *Env, name string, args []string, 
 	if err != nil {
 		return err
 	}
-	log := env.Log.With("component", name, "id", cfg.id)
+	log := env.Log.With("process", name, "instance", cfg.id)
 	rt, closeConn, err := dial(ctx, cfg.serverFlags, names, "jetloop "+cfg.id, env)
 	if err != nil {
 		return err

@@ -426,3 +426,66 @@ func TestStatusPagesThroughAll(t *testing.T) {
 		t.Errorf("status --limit 1200 listed %d", n)
 	}
 }
+
+// TestSecretsNeverLogged runs `jetloop dev`, which generates its tokens
+// and reads a Slack signing secret and a model key from the environment,
+// sends a message and stops: no secret shows in what it logged; the
+// generated ones are in their files under --data.
+func TestSecretsNeverLogged(t *testing.T) {
+	data := t.TempDir()
+	vars := map[string]string{"JETLOOP_SLACK_SIGNING_SECRET": "slack-signing-s3cret-value", "OPENAI_API_KEY": "sk-test-never-logged", "JETLOOP_WORK_DIR": t.TempDir()}
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := newSyncBuffer(), newSyncBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.MainEnv(ctx, env(stdout, stderr, vars), []string{"dev", "--data", data, "--nats-port", "0", "--http", "127.0.0.1:0", "--workers", "1"})
+	}()
+	stdout.waitFor(t, "jetloop ready", 2*time.Minute)
+	natsURL := regexp.MustCompile(`nats=(\S+)`).FindStringSubmatch(stdout.String())[1]
+	if code, _, errs := run(t, nil, "send", "--wait", "--timeout", "1m", "demo", "s1", "hello", "--server", natsURL); code != 0 {
+		t.Fatalf("send: exit %d: %s", code, errs)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("dev did not stop")
+	}
+	logged := stderr.String() + stdout.String()
+	secrets := []string{vars["JETLOOP_SLACK_SIGNING_SECRET"], vars["OPENAI_API_KEY"]}
+	for _, f := range []string{"api-token", "ingest-token", "github-secret"} {
+		b, err := os.ReadFile(filepath.Join(data, f))
+		if err != nil {
+			t.Fatalf("generated secret %s: %v", f, err)
+		}
+		secrets = append(secrets, strings.TrimSpace(string(b)))
+		if !strings.Contains(logged, filepath.Join(data, f)) {
+			t.Errorf("the log does not say where %s is", f)
+		}
+	}
+	for _, s := range secrets {
+		if strings.Contains(logged, s) {
+			t.Errorf("a secret (%.6s…) was logged", s)
+		}
+	}
+}
+
+// TestWorkFoldersUnderTheDeployment runs the example agent, which appends
+// to a ledger in its work folder, in two `jetloop dev` deployments: each
+// session's folder is under its own --data, so the second deployment's
+// fresh demo/s1 starts with an empty ledger.
+func TestWorkFoldersUnderTheDeployment(t *testing.T) {
+	for i := range 2 {
+		natsURL, _, data := runDev(t, nil, "--workers", "1")
+		if code, out, errs := run(t, nil, "send", "--wait", "--timeout", "1m", "demo", "s1", "hello", "--server", natsURL); code != 0 || !strings.Contains(out, "done") {
+			t.Fatalf("deployment %d: send: exit %d: %s %s", i, code, out, errs)
+		}
+		b, err := os.ReadFile(filepath.Join(data, "work", "demo", "s1", "ledger.txt"))
+		if err != nil {
+			t.Fatalf("deployment %d: %v", i, err)
+		}
+		if n := strings.Count(string(b), "noted"); n != 1 {
+			t.Fatalf("deployment %d: the ledger has %d lines, want this deployment's one: %q", i, n, b)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -56,7 +58,7 @@ func workerCommands() []command {
 // JETLOOP_ACK_WAIT (durations; every worker of a deployment must agree on
 // the latter).
 func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, error) {
-	log := rt.Log.With("component", "worker", "worker", id)
+	log := rt.Log.With("component", "worker")
 	store, err := policies.NewStore(ctx, rt.JS, rt.Names, policies.WithLogger(log))
 	if err != nil {
 		return Component{}, err
@@ -76,13 +78,16 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	getenv := rt.Getenv
 	workDir := getenv("JETLOOP_WORK_DIR")
 	if workDir == "" {
-		workDir = filepath.Join(os.TempDir(), "jetloop-work")
+		workDir = defaultWorkDir(rt)
 	}
 	trees, err := rt.Trees(workDir)
 	if err != nil {
 		return Component{}, err
 	}
-	reg := prometheus.WrapRegistererWith(prometheus.Labels{"worker": id}, prometheus.DefaultRegisterer)
+	// No worker label: the series of a process's workers are one (a
+	// process is told apart by its scrape target), so a restart with a
+	// new --id mints no new series.
+	reg := prometheus.DefaultRegisterer
 	// One set of GitHub clients serves every session of the worker: they
 	// share its installation tokens and rate limits.
 	gh, err := ghapp.New(ghapp.Options{Getenv: rt.Getenv, Logger: log, Metrics: reg})
@@ -114,13 +119,17 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, err
 	}
+	mm, err := modelMetrics()
+	if err != nil {
+		return Component{}, fmt.Errorf("register model metrics: %w", err)
+	}
 	w, err := worker.New(ctx, rt.JS, worker.Config{
 		ID:          id,
 		Admit:       admit,
 		Names:       rt.Names,
 		Definitions: storeDefinitions{store},
 		Models: func(spec policies.Model) (model.Model, error) {
-			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log))
+			return model.New(spec, model.WithGetenv(getenv), model.WithLogger(log), model.WithMetrics(mm))
 		},
 		Tools: worker.RegistryTools(registry),
 		// Answers to Slack messages go back to their thread; without a
@@ -867,4 +876,27 @@ func versionCell(v uint64, rollout string) string {
 		return fmt.Sprintf("v%d (canary)", v)
 	}
 	return fmt.Sprintf("v%d", v)
+}
+
+// modelMetrics are the process's model metrics on the default registry,
+// shared by every worker it runs (and every `jetloop dev` a test runs in
+// one process).
+var modelMetrics = sync.OnceValues(func() (*model.Metrics, error) {
+	return model.NewMetrics(prometheus.DefaultRegisterer)
+})
+
+// defaultWorkDir is the work folder root of a deployment when
+// JETLOOP_WORK_DIR sets none: <data>/work under `jetloop dev`, else a
+// folder of the temp dir named by the prefix and the servers, so two
+// deployments (or a test's and a user's) never share session folders.
+func defaultWorkDir(rt *Runtime) string {
+	if rt.DataDir != "" {
+		return filepath.Join(rt.DataDir, "work")
+	}
+	servers := rt.NC.Opts.Url
+	if len(rt.NC.Opts.Servers) > 0 {
+		servers += "," + strings.Join(rt.NC.Opts.Servers, ",")
+	}
+	h := sha256.Sum256([]byte(servers))
+	return filepath.Join(os.TempDir(), "jetloop-work", rt.Names.Prefix()+"-"+hex.EncodeToString(h[:6]))
 }

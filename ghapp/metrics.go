@@ -25,14 +25,17 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
+	// One registered already (another worker of the process) is shared.
 	var errs []error
-	for _, c := range []prometheus.Collector{m.exchanges, m.rateLimited} {
-		if err := r.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				errs = append(errs, err)
+	for _, c := range []**prometheus.CounterVec{&m.exchanges, &m.rateLimited} {
+		err := r.Register(*c)
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				*c, err = existing, nil
 			}
 		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

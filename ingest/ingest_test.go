@@ -21,6 +21,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/policies"
@@ -90,7 +91,7 @@ func startWith(t testing.TB, window time.Duration, defs []string, natsOpts ...na
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 3 * time.Second}, js, store, adm)
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 3 * time.Second, Log: logtest.ForTest(t)}, js, store, adm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
@@ -67,7 +68,7 @@ func startConfig(t *testing.T, wrap func(jetstream.JetStream) jetstream.JetStrea
 	}
 	// As the ingest component sets it: what the server's max payload
 	// leaves once headers have room.
-	c := ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second,
+	c := ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 5 * time.Second, Log: logtest.ForTest(t),
 		MaxEventSize: int(nc.MaxPayload()) - 64<<10}
 	if cfg != nil {
 		cfg(&c)

@@ -16,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
@@ -49,7 +50,7 @@ func TestWebhookSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Timeout: 5 * time.Second}, js, store, adm)
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Timeout: 5 * time.Second, Log: logtest.ForTest(t)}, js, store, adm)
 	if err != nil {
 		t.Fatal(err)
 	}

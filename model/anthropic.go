@@ -84,7 +84,7 @@ func NewAnthropic(spec policies.Model, opts ...Option) (*Anthropic, error) {
 // assistant's answer.
 func (a *Anthropic) Complete(ctx context.Context, req Request) (resp Response, err error) {
 	start := time.Now()
-	defer func() { a.opts.metrics.observeCall(ProviderAnthropic, start, resp, err) }()
+	defer func() { a.opts.metrics.observeCall(ctx, ProviderAnthropic, a.spec.Name, start, resp, err) }()
 	body, err := a.encode(req)
 	if err != nil {
 		return Response{}, err

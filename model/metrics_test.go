@@ -39,9 +39,9 @@ func TestMetrics(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{name: "ok call", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "openai", "outcome": "ok"}, want: 1},
-		{name: "refused call", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "openai", "outcome": "bad_request"}, want: 1},
-		{name: "scripted timeout", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "scripted", "outcome": "timeout"}, want: 1},
+		{name: "ok call", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "openai", "model": "gpt-4o-mini", "outcome": "ok"}, want: 1},
+		{name: "refused call", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "openai", "model": "gpt-4o-mini", "outcome": "bad_request"}, want: 1},
+		{name: "scripted timeout", metric: "jetloop_model_calls_total", labels: map[string]string{"provider": "scripted", "model": "scripted", "outcome": "timeout"}, want: 1},
 		{name: "503 attempt", metric: "jetloop_model_attempts_total", labels: map[string]string{"provider": "openai", "status": "503"}, want: 1},
 		{name: "200 attempt", metric: "jetloop_model_attempts_total", labels: map[string]string{"provider": "openai", "status": "200"}, want: 1},
 		{name: "input tokens", metric: "jetloop_model_tokens_total", labels: map[string]string{"provider": "openai", "model": "gpt-4o-mini", "direction": "input"}, want: 1000},

@@ -115,7 +115,7 @@ func openAIEndpoint(base string) (string, error) {
 // returns the first choice.
 func (p *OpenAI) Complete(ctx context.Context, req Request) (resp Response, err error) {
 	start := time.Now()
-	defer func() { p.opts.metrics.observeCall(ProviderOpenAI, start, resp, err) }()
+	defer func() { p.opts.metrics.observeCall(ctx, ProviderOpenAI, p.spec.Name, start, resp, err) }()
 	body, err := p.encode(req)
 	if err != nil {
 		return Response{}, err

@@ -174,7 +174,7 @@ func (s *Scripted) Len() int { return len(s.entries) }
 // waits the entry's delay, returning ctx's error at once if ctx ends first.
 func (s *Scripted) Complete(ctx context.Context, req Request) (resp Response, err error) {
 	start := time.Now()
-	defer func() { s.metrics.observeCall(ProviderScripted, start, resp, err) }()
+	defer func() { s.metrics.observeCall(ctx, ProviderScripted, s.name, start, resp, err) }()
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}

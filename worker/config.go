@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -174,8 +175,11 @@ type Config struct {
 	MaxSessions int
 	// ToolTimeout bounds a tool call whose spec sets no timeout.
 	ToolTimeout time.Duration
-	// WorkDir is the folder under which each session gets its work folder;
-	// default <tmp>/jetloop-work.
+	// WorkDir is the folder under which each session gets its work folder.
+	// Every worker of a deployment on one machine should share one, so a
+	// session finds its files whichever runs it; default
+	// <tmp>/jetloop-work/<prefix>-<worker id>, this worker's own, so no two
+	// deployments (or tests) share session folders by accident.
 	WorkDir string
 	// Trees, when set, is the starter its tools run processes through
 	// (package proctree): before the worker consumes anything it kills
@@ -231,7 +235,7 @@ func (c *Config) setDefaults() {
 		c.ToolTimeout = DefaultToolTimeout
 	}
 	if c.WorkDir == "" {
-		c.WorkDir = filepath.Join(os.TempDir(), "jetloop-work")
+		c.WorkDir = filepath.Join(os.TempDir(), "jetloop-work", c.Names.Prefix()+"-"+strings.ReplaceAll(c.ID, string(filepath.Separator), "_"))
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = DefaultShutdownGrace

@@ -97,11 +97,11 @@ func (s *session) delegate(ctx context.Context, call record.CallRef, in record.I
 		}
 		return s.stopBudget(ctx, s.st.Clone(), nil, "deadline", reason)
 	case err != nil:
-		s.log.Warn("delegate call could not publish its session's start; recovery makes it again", "call", call.ID, "agent", d.Agent, "err", err)
+		s.log.Warn("delegate call could not publish its session's start; recovery makes it again", "call", call.ID, "to", d.Agent, "err", err)
 		return fmt.Errorf("worker: delegate call %s: %w", call.ID, err)
 	case refusal != "":
 		s.w.m.delegations.WithLabelValues(s.labels("refused")...).Inc()
-		s.log.Info("delegation refused", "call", call.ID, "agent", d.Agent, "why", refusal)
+		s.log.Info("delegation refused", "call", call.ID, "to", d.Agent, "why", refusal)
 		return s.settleResult(ctx, call, in, refusal, true, "")
 	}
 	s.w.m.delegations.WithLabelValues(s.labels("started")...).Inc()

@@ -156,15 +156,35 @@ func NewMetrics() *Metrics {
 // Register adds the collectors to reg; collectors already registered
 // there are left as they are.
 func (m *Metrics) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.runs, m.steps, m.stepSeconds, m.recoveries, m.fenced, m.budgetStops, m.statuses, m.active, m.controls, m.controlSeconds, m.approvals, m.waitTimeouts, m.reclaims, m.writeRetries, m.deadLetters, m.slots, m.busy, m.retained, m.compactions, m.contextTokens, m.maskedResults, m.delegations, m.ledgerReports} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return err
-			}
+	// A collector registered already (a second worker in one process,
+	// `jetloop dev --workers 2`) is shared: each worker counts into the
+	// one the registry exports.
+	var errs []error
+	for _, c := range []**prometheus.CounterVec{&m.runs, &m.steps, &m.recoveries, &m.budgetStops, &m.statuses, &m.controls, &m.waitTimeouts,
+		&m.writeRetries, &m.deadLetters, &m.slots, &m.busy, &m.delegations, &m.ledgerReports} {
+		errs = append(errs, adopt(reg, c))
+	}
+	for _, c := range []**prometheus.HistogramVec{&m.stepSeconds, &m.controlSeconds} {
+		errs = append(errs, adopt(reg, c))
+	}
+	for _, c := range []*prometheus.Counter{&m.fenced, &m.approvals, &m.reclaims, &m.retained, &m.compactions, &m.maskedResults} {
+		errs = append(errs, adopt(reg, c))
+	}
+	errs = append(errs, adopt(reg, &m.active), adopt(reg, &m.contextTokens))
+	return errors.Join(errs...)
+}
+
+// adopt registers *c with reg, or makes *c the collector reg has already.
+func adopt[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			*c = existing
+			return nil
 		}
 	}
-	return nil
+	return err
 }
 
 // version is the version label of an agent's version v: its number

@@ -106,8 +106,8 @@ func (r *runner) claim(ctx context.Context) (*session, error) {
 			s.calls[e.CallID] = true
 		}
 	}
-	s.log = s.log.With("turn", s.st.Turns)
-	s.log.Debug("session claimed", "epoch", s.st.Epoch, "status", s.st.Status, "entries", len(entries))
+	// Turn and step change as the session runs: lines pass them.
+	s.log.Debug("session claimed", "epoch", s.st.Epoch, "status", s.st.Status, "turn", s.st.Turns, "entries", len(entries))
 	return s, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/tracing"
 	"github.com/jetloop/jetloop/window"
@@ -84,7 +85,7 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	}
 	req := window.CompactRequest(win, plan)
 	mctx, cancel := s.stepContext(ctx)
-	resp, err := s.model.Complete(mctx, req)
+	resp, err := s.model.Complete(model.WithAgent(mctx, s.r.ref.Agent), req)
 	if err == nil {
 		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
 			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD))

@@ -110,7 +110,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	s.w.m.contextTokens.Observe(float64(win.Tokens))
 	s.w.m.maskedResults.Add(float64(win.Masked))
 	mctx, cancel := s.stepContext(ctx)
-	resp, err := s.model.Complete(mctx, req)
+	resp, err := s.model.Complete(model.WithAgent(mctx, s.r.ref.Agent), req)
 	if err == nil {
 		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
 			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
@@ -104,6 +106,12 @@ func (e *env) start(t *testing.T, cfg worker.Config) *worker.Worker {
 	}
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = t.TempDir()
+	}
+	if cfg.Log == nil {
+		// Every line is held to one attribute a key.
+		h := logtest.New(t, nil, slog.LevelDebug)
+		t.Cleanup(h.Stop)
+		cfg.Log = slog.New(h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := worker.New(ctx, e.js, cfg)

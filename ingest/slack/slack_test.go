@@ -17,6 +17,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/ingest/slack"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -90,7 +91,7 @@ func start(t *testing.T, secret string, now time.Time) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := slack.New(ctx, js, slack.Config{Names: names, SigningSecret: []byte(secret), Channels: channels, Now: func() time.Time { return now }})
+	r, err := slack.New(ctx, js, slack.Config{Names: names, SigningSecret: []byte(secret), Channels: channels, Now: func() time.Time { return now }, Log: logtest.ForTest(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
