@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -494,20 +493,27 @@ func (s *Store) mutate(ctx context.Context, agent string, decide func(agentState
 	}
 }
 
-// sameAdmission reports how b's triggers or schedules differ from a's.
-// Admission and schedules run before a session has a version, so they
-// follow the stable version: a canary may change the prompt, model, tools,
-// budget and approvals, not what decides which sessions exist.
+// sameAdmission reports how b's triggers, schedules, requests or
+// retention differ from a's. Admission, schedules and retention act
+// before, or outside, a session's version: they read one version for
+// every session of the agent, so a canary may change the prompt, model,
+// tools, budget and approvals, not what decides which sessions exist or
+// how long they are kept.
 func sameAdmission(a, b Definition) error {
-	ta, _ := json.Marshal(a.Triggers)
-	tb, _ := json.Marshal(b.Triggers)
-	if string(ta) != string(tb) {
-		return errors.New("a canary may not change triggers (admission follows the stable version); apply it without rollout")
-	}
-	sa, _ := json.Marshal(a.Schedules)
-	sb, _ := json.Marshal(b.Schedules)
-	if string(sa) != string(sb) {
-		return errors.New("a canary may not change schedules (ticks follow the stable version); apply it without rollout")
+	for _, f := range []struct {
+		field, why string
+		a, b       any
+	}{
+		{"triggers", "admission follows the stable version", a.Triggers, b.Triggers},
+		{"schedules", "ticks follow the stable version", a.Schedules, b.Schedules},
+		{"requests", "admission of user requests reads one version for every session", a.Requests, b.Requests},
+		{"retention", "retention reads one version for every session", a.Retention, b.Retention},
+	} {
+		ja, _ := json.Marshal(f.a)
+		jb, _ := json.Marshal(f.b)
+		if string(ja) != string(jb) {
+			return fmt.Errorf("a canary may not change %s (%s); apply it without rollout", f.field, f.why)
+		}
 	}
 	return nil
 }

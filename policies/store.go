@@ -270,7 +270,7 @@ func (s *Store) Delete(ctx context.Context, agent string) error {
 //
 // An entry that changes only the rollout is delivered too, with the same
 // definition: admission and schedules follow the stable version, whose
-// triggers and schedules a canary may not change.
+// triggers, schedules, requests and retention a canary may not change.
 func (s *Store) Watch(ctx context.Context) (<-chan Change, error) {
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {

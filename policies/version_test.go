@@ -205,6 +205,10 @@ func TestRolloutRefusals(t *testing.T) {
 		{"version of another apply", "two", "rollout: {version: 7, percent: 10}\n", "a.yaml:6:20: rollout.version: 7: applying this file creates version 2"},
 		{"unchanged content", "one", "rollout: {percent: 10}\n", "rollout: version 1 already serves every new session"},
 		{"changed triggers", "two", "  - {name: more, when: 'true'}\nrollout: {percent: 10}\n", "a canary may not change triggers"},
+		// Admission of user requests and retention read the newest
+		// version for every session, not the canary's share.
+		{"changed requests", "two", "requests: off\nrollout: {percent: 10}\n", "a canary may not change requests"},
+		{"changed retention", "two", "retention: {max_age: 1h}\nrollout: {percent: 10}\n", "a canary may not change retention"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
