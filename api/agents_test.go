@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -101,5 +102,44 @@ func TestVersionsThroughTheAPI(t *testing.T) {
 	ev, err := h.client.Events(c, api.EventsRequest{Agent: "a", Since: time.Now().Add(-time.Minute)})
 	if err != nil || len(ev.Changes) != 4 || ev.Changes[3].Restores != 1 || ev.Changes[2].Ended == nil {
 		t.Fatalf("events: %+v %v", ev.Changes, err)
+	}
+}
+
+// A change stored by a writer that stopped before recording it in
+// JL_AUDIT is listed by events all the same, once.
+func TestEventsListAChangeWhoseWriterStopped(t *testing.T) {
+	h := start(t, api.Config{})
+	c := ctx(t)
+	resp, err := h.client.Apply(c, api.ApplyRequest{Files: []api.File{agentFile("one", "")}, By: "alice@box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := policies.Parse("agents/a.yaml", []byte(agentFile("two", "").Content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := compiled.Definition
+	rec := policies.Record{Definition: two, Version: 2, Hash: policies.ContentHash(two), AppliedBy: "bob@box", AppliedAt: time.Now().UTC(), Change: policies.ChangeApply}
+	b, _ := json.Marshal(rec)
+	kv, err := h.js.KeyValue(c, h.names.BucketAgents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(c, "a")
+	if err != nil || resp.Applied[0].Version != 1 {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(c, "a", b, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		ev, err := h.client.Events(c, api.EventsRequest{Agent: "a", Since: time.Now().Add(-time.Minute)})
+		if err != nil || len(ev.Changes) != 2 || ev.Changes[1].Version != 2 || ev.Changes[1].By != "bob@box" {
+			t.Fatalf("events: %+v %v", ev.Changes, err)
+		}
+	}
+	ev, err := h.client.Events(c, api.EventsRequest{Since: time.Now().Add(-time.Minute)})
+	if err != nil || len(ev.Changes) != 2 {
+		t.Fatalf("events of every agent: %+v %v", ev.Changes, err)
 	}
 }

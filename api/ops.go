@@ -525,6 +525,10 @@ func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse
 	if recs == nil {
 		recs = []admission.Record{}
 	}
+	// A change whose writer stopped before recording it is recorded now.
+	if err := s.agents.CatchUpAudit(ctx, req.Agent); err != nil {
+		s.log.Warn("definition changes not caught up in the audit stream", "filter_agent", req.Agent, "err", err)
+	}
 	changes, err := policies.Events(ctx, s.js, s.names, req.Agent, req.Since, req.Limit)
 	if err != nil {
 		return EventsResponse{}, err

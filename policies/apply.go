@@ -450,6 +450,13 @@ func (s *Store) mutate(ctx context.Context, agent string, decide func(agentState
 		if err != nil {
 			return Applied{}, fmt.Errorf("policies: %q: %w", agent, err)
 		}
+		if attempt == 0 {
+			// A writer that stopped after its last write and before
+			// recording it: its record comes before this change's.
+			if err := s.catchUp(ctx, st); err != nil {
+				s.log.Warn("definition change not recorded in the audit stream", "agent", agent, "err", err)
+			}
+		}
 		rec, err := decide(st, s.now().UTC())
 		if err != nil {
 			return Applied{}, err

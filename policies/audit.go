@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +43,7 @@ type Event struct {
 	Seq uint64 `json:"-"`
 }
 
-// eventOf is the audit record of an applied change.
+// eventOf is the audit record of an applied change at time now.
 func eventOf(a Applied, now time.Time) Event {
 	r := a.Record
 	by := r.AppliedBy
@@ -87,19 +88,131 @@ func Describe(rec Record, created bool) string {
 }
 
 // audit records a change in JL_AUDIT. The change is made already: a
-// failure is logged, not returned.
+// failure is logged, not returned, and the next change of the agent, or
+// the next reader of the records (CatchUpAudit), records it.
 func (s *Store) audit(ctx context.Context, a Applied) {
-	ev := eventOf(a, s.now().UTC())
-	subject, err := s.names.Audit(AuditKind, a.Agent)
-	if err == nil {
-		var b []byte
-		if b, err = json.Marshal(ev); err == nil {
-			_, err = s.js.Publish(ctx, subject, b)
-		}
-	}
-	if err != nil {
+	if err := s.publishAudit(ctx, eventOf(a, s.now().UTC())); err != nil {
 		s.log.Warn("definition change not recorded in the audit stream", "agent", a.Agent, "version", a.Record.Version, "revision", a.Record.Revision, "err", err)
 	}
+}
+
+// publishAudit publishes ev with a message id of its agent and revision,
+// so that the record a writer publishes and the one a catch-up publishes
+// of the same change are stored once (within the stream's duplicate
+// window; past it the catch-up finds the writer's record and publishes
+// none).
+func (s *Store) publishAudit(ctx context.Context, ev Event) error {
+	subject, err := s.names.Audit(AuditKind, ev.Agent)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode audit record of %s revision %d: %w", ev.Agent, ev.Revision, err)
+	}
+	id := subject + "." + strconv.FormatUint(ev.Revision, 10)
+	if _, err := s.js.Publish(ctx, subject, b, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("publish audit record of %s revision %d on %s: %w", ev.Agent, ev.Revision, subject, err)
+	}
+	return nil
+}
+
+// auditStream is JL_AUDIT, opened on first use.
+func (s *Store) auditStream(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	st := s.audits
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := s.js.Stream(ctx, s.names.StreamAudit())
+	if err != nil {
+		return nil, fmt.Errorf("policies: open stream %s: %w", s.names.StreamAudit(), err)
+	}
+	s.mu.Lock()
+	s.audits = st
+	s.mu.Unlock()
+	return st, nil
+}
+
+// CatchUpAudit records in JL_AUDIT the newest change of agent (of every
+// agent, for ""), when the process that stored it stopped before
+// recording it, so that the records list every change. A change older
+// than the stream's oldest record is not recorded again: its record may
+// have aged out. Every change of an agent catches up first too, so at
+// most the newest change of each agent can be missing.
+func (s *Store) CatchUpAudit(ctx context.Context, agent string) error {
+	agents := []string{agent}
+	if agent == "" {
+		recs, err := s.Records(ctx)
+		if err != nil {
+			return err
+		}
+		agents = agents[:0]
+		for _, r := range recs {
+			agents = append(agents, r.Definition.Name)
+		}
+	}
+	for _, a := range agents {
+		st, err := s.state(ctx, a)
+		if err != nil {
+			return fmt.Errorf("policies: audit of %q: %w", a, err)
+		}
+		if err := s.catchUp(ctx, st); err != nil {
+			return fmt.Errorf("policies: audit of %q: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// catchUp records the newest entry of st in JL_AUDIT unless the stream
+// holds its record (or one of a later entry) already.
+func (s *Store) catchUp(ctx context.Context, st agentState) error {
+	if len(st.h.recs) == 0 {
+		return nil
+	}
+	newest := st.h.recs[len(st.h.recs)-1]
+	if newest.Revision != st.rev || newest.Version == 0 {
+		return nil // deleted since, or stored before changes were recorded
+	}
+	subject, err := s.names.Audit(AuditKind, st.agent)
+	if err != nil {
+		return err
+	}
+	stream, err := s.auditStream(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return fmt.Errorf("read the last record on %s: %w", subject, err)
+	default:
+		var ev Event
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Revision >= newest.Revision {
+			return nil
+		}
+	}
+	at := newest.AppliedAt
+	if newest.Change == ChangeRollout {
+		at = newest.ChangedAt
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", s.names.StreamAudit(), err)
+	}
+	if f := info.State.FirstTime; info.State.Msgs > 0 && at.Before(f) {
+		return nil
+	}
+	// A new version is an apply or a rollback; a rollout change repeats
+	// the version it serves.
+	a := Applied{Agent: st.agent, Record: newest, Created: newest.Change != ChangeRollout, Changed: true}
+	if err := s.publishAudit(ctx, eventOf(a, at)); err != nil {
+		return err
+	}
+	s.log.Info("definition change recorded late in the audit stream", "agent", st.agent, "version", newest.Version, "revision", newest.Revision)
+	return nil
 }
 
 // Events reads the definition changes recorded in JL_AUDIT since since,

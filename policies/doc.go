@@ -18,7 +18,8 @@
 // hash of the session name) and resolves which version a session runs
 // (Resolve). A rollout's guard judges the run counts every worker records
 // in jl_rollouts (RecordRun) and ends a failing canary by itself. Every
-// change is recorded in JL_AUDIT (Event).
+// change is recorded in JL_AUDIT (Event), a lost record later
+// (CatchUpAudit).
 //
 // It does not evaluate admission rules against events (admission/ does)
 // and does not run agents (the worker does); both read Definitions from

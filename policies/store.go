@@ -50,6 +50,7 @@ type Store struct {
 	mu       sync.Mutex
 	compiled map[uint64]*Compiled // by revision: entries never change
 	counters jetstream.KeyValue   // jl_rollouts, opened on first use
+	audits   jetstream.Stream     // JL_AUDIT, opened on first use
 }
 
 // StoreOption configures a Store.

@@ -2,6 +2,7 @@ package policies_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -497,5 +498,64 @@ func TestApplyToRunningMovesAPromotedCanarySession(t *testing.T) {
 	res, err := st.Resolve(ctx, "a", "c", onCanary.Pinned)
 	if err != nil || res.Pinned.Version != 3 || res.Pinned.Rollout != "" || !strings.Contains(res.Moved, "applies to running sessions") {
 		t.Fatalf("promoted canary session after an apply_to_running version: %+v %v", res, err)
+	}
+}
+
+// A writer killed between storing a change in jl_agents and recording it
+// in JL_AUDIT leaves the change unrecorded: the next change of the agent,
+// or a reader through CatchUpAudit, records it, once.
+func TestAChangeWhoseRecordWasLostIsRecordedLater(t *testing.T) {
+	st, js := newStore(t)
+	ctx := context.Background()
+	a1 := apply(t, st, parse(t, "a.yaml", "one", "s", ""))
+	// What a writer stores and then dies before recording: version 2.
+	kv, err := js.KeyValue(ctx, streams.Default().BucketAgents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := parse(t, "a.yaml", "two", "s", "").Definition
+	lost := policies.Record{Definition: two, Version: 2, Hash: policies.ContentHash(two), Source: "a.yaml", AppliedBy: "dead@box",
+		AppliedAt: time.Now().UTC(), Change: policies.ChangeApply}
+	b, _ := json.Marshal(lost)
+	if _, err := kv.Update(ctx, "a", b, a1.Record.Revision); err != nil {
+		t.Fatal(err)
+	}
+	events := func() []policies.Event {
+		t.Helper()
+		evs, err := policies.Events(ctx, js, streams.Default(), "a", time.Now().Add(-time.Minute), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	if evs := events(); len(evs) != 1 {
+		t.Fatalf("before the catch-up: %d events, want 1 (the lost one is not recorded): %+v", len(evs), evs)
+	}
+	// A reader catches up, once however often it asks.
+	for range 2 {
+		if err := st.CatchUpAudit(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := events()
+	if len(evs) != 2 || evs[1].Version != 2 || evs[1].By != "dead@box" || !evs[1].Created || evs[1].Change != policies.ChangeApply {
+		t.Fatalf("after the reader's catch-up: %+v", evs)
+	}
+	// The next change records a lost change before its own.
+	three := parse(t, "a.yaml", "three", "s", "").Definition
+	lost = policies.Record{Definition: three, Version: 3, Hash: policies.ContentHash(three), AppliedBy: "dead@box",
+		AppliedAt: time.Now().UTC(), Change: policies.ChangeApply}
+	b, _ = json.Marshal(lost)
+	e, err := kv.Get(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "a", b, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, st, parse(t, "a.yaml", "four", "s", ""))
+	evs = events()
+	if len(evs) != 4 || evs[2].Version != 3 || evs[3].Version != 4 {
+		t.Fatalf("after the next change: %+v", evs)
 	}
 }
