@@ -34,6 +34,11 @@ const (
 	// slotTableTTL is how long a table outlives its last holder or
 	// waiter, so that an idle key costs nothing.
 	slotTableTTL = time.Minute
+	// maxSlotTableBytes bounds one table as written, well under a NATS
+	// message: past it the queue keeps no more places, and a session
+	// that finds it full waits without one (its event still waits in
+	// JL_IN and asks again) until places free up.
+	maxSlotTableBytes = 512 << 10
 )
 
 // slotTable is one jl_slots key: the runs that hold a slot of an agent's
@@ -250,11 +255,21 @@ func (s *slots) change(ctx context.Context, agent string, slot record.Slot, fn f
 		}
 		before := len(t.Holders) + len(t.Queue)
 		t.prune(now)
+		queued := len(t.Queue)
 		changed := fn(&t, now)
 		if !changed && len(t.Holders)+len(t.Queue) == before {
 			return nil
 		}
 		b, _ := json.Marshal(t)
+		if len(b) > maxSlotTableBytes && len(t.Queue) > queued {
+			// The queue is full: the newcomer (wait appends it last)
+			// waits without a place.
+			t.Queue = t.Queue[:queued]
+			if len(t.Holders)+len(t.Queue) == before {
+				return nil
+			}
+			b, _ = json.Marshal(t)
+		}
 		ttl := slotTableTTL
 		for _, h := range t.Holders {
 			ttl = max(ttl, h.Expires.Sub(now)+slotTableTTL)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -118,5 +119,72 @@ func TestSlotBelongsToTheLeaseHolder(t *testing.T) {
 	}
 	if g, err := s2.acquire(ctx, ref("y"), slot, 2); err != nil || g.granted {
 		t.Fatalf("y while x runs: %+v %v", g, err)
+	}
+}
+
+// A crowd of sessions waiting for one key's slot never makes its table
+// too large to write: past a bound the queue keeps no more places, and a
+// session that finds it full still waits (not granted, no error), its
+// event in JL_IN, until it drains.
+func TestSlotQueueIsBounded(t *testing.T) {
+	ctx := context.Background()
+	s := slotsOf(t, "w1", time.Minute)
+	slot := record.Slot{Key: "k", Limit: 1}
+	long := func(i int) string { return fmt.Sprintf("%0250d", i) }
+	ref := func(name string) streams.SessionRef { r, _ := streams.NewSessionRef("a", name); return r }
+	if g, err := s.acquire(ctx, ref("runs"), slot, 1); err != nil || !g.granted {
+		t.Fatalf("first: %+v %v", g, err)
+	}
+	// The sessions that queued before, as many as one message holds.
+	key, _ := s.names.SlotKey("a", slot.Key)
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb slotTable
+	if err := json.Unmarshal(e.Value(), &tb); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	for i := 0; ; i++ {
+		tb.Queue = append(tb.Queue, slotWaiter{Session: long(i), Seq: uint64(10 + i), Expires: exp})
+		if i%64 != 0 {
+			continue
+		}
+		if b, _ := json.Marshal(tb); len(b) > 1<<20-16<<10 {
+			if _, err := s.kv.Put(ctx, key, b); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	queued := len(tb.Queue)
+	for i := range 40 {
+		g, err := s.wait(ctx, ref(long(100_000+i)), slot, uint64(1_000_000+i))
+		if err != nil {
+			t.Fatalf("session %d more asks: %v", i+1, err)
+		}
+		if g.granted {
+			t.Fatalf("session %d more granted a slot that runs", i+1)
+		}
+	}
+	e, err = s.kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(e.Value(), &tb); err != nil || len(tb.Queue) > queued {
+		t.Fatalf("queue of %d places, %d before: %v", len(tb.Queue), queued, err)
+	}
+	// The crowd is gone (its places lapsed): the next to ask gets one.
+	tb.Queue = tb.Queue[:2]
+	b, _ := json.Marshal(tb)
+	if _, err := s.kv.Put(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := s.wait(ctx, ref("next"), slot, 2_000_000); err != nil || g.granted || g.ahead != 2 {
+		t.Fatalf("next: %+v %v", g, err)
+	}
+	if e, err = s.kv.Get(ctx, key); err != nil || json.Unmarshal(e.Value(), &tb) != nil || len(tb.Queue) != 3 || tb.Queue[2].Session != "next" {
+		t.Fatalf("next has no place: %v %+v", err, tb.Queue)
 	}
 }
