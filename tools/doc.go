@@ -61,5 +61,7 @@
 // address space, NAT64, 6to4, …) unless BuiltinConfig.HTTPAllowPrivate is
 // set. read_blob reads only its session's handles, and read_event only its
 // session's events (and, for a fork, those of the sessions it was forked
-// from, Call.MayRead).
+// from, Call.MayRead), never the delegate event that started a delegated
+// session: its data holds the task, which an agent whose reads: leaves it
+// out must not see.
 package tools

@@ -37,7 +37,8 @@ const readEventSchema = `{
 // readEvent reads an input event of the calling session whole, or the
 // part of its data a path names, one page at a time: what the model saw
 // of it was a projection. A session reads only its own events, and a
-// fork those of the sessions it was forked from.
+// fork those of the sessions it was forked from; never a delegate event,
+// whose task an agent that does not read it must not see.
 type readEvent struct {
 	events EventStore
 	names  streams.Names
@@ -89,6 +90,12 @@ func (r *readEvent) Call(ctx context.Context, call Call) (Result, error) {
 	ev, err := events.FromMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 	if err != nil {
 		return errResult("read_event: event %d does not parse: %v", seq, err), nil
+	}
+	if ev.Type() == events.TypeDelegate {
+		// Its data holds the delegating session's task and the chain above
+		// it: what the agent reads of it (its reads:) is in its context
+		// already, a large input as a blob for read_blob.
+		return errResult("read_event: event %d is the delegation that started this session: its task and inputs, as far as this agent reads them, are in the context (a large input as a blob: read it with read_blob)", seq), nil
 	}
 	content := string(ev.Data())
 	what := "data"
