@@ -332,9 +332,13 @@ func (a *Admitter) decideAgent(ctx context.Context, e event.Event, c *policies.C
 		return out, nil
 	}
 	if request {
-		if def.Requests == policies.RequestsTriggers {
+		if c.RequestsByTriggers() {
+			why := "requests: triggers"
+			if def.Requests == "" {
+				why = "a trigger of it takes requests, so the triggers decide them; requests: on admits the others"
+			}
 			return []Decision{{Agent: def.Name, Trigger: RequestsRule, Outcome: Rejected, Version: def.Version,
-				Reason: fmt.Sprintf("no trigger of agent %s admits this request (requests: triggers)", def.Name)}}, nil
+				Reason: fmt.Sprintf("no trigger of agent %s admits this request (%s)", def.Name, why)}}, nil
 		}
 		// A request addressed to a session goes there, unless the agent
 		// says otherwise.

@@ -16,7 +16,7 @@ import (
 // The agents of the requests tests: one without any trigger, which takes
 // requests to their session by default; one that takes none; one whose
 // triggers alone decide, admitting alice's requests only, at most one a
-// minute.
+// minute; one whose request trigger decides, since it has one.
 var requestAgents = []string{
 	"name: plain\nmodel: {provider: scripted, script: [{text: hi}]}\n",
 	"name: closed\nmodel: {provider: scripted, script: [{text: hi}]}\nrequests: off\n",
@@ -27,6 +27,12 @@ triggers:
   - name: alice
     when: event.type == "dev.jetloop.request" && event.data.text.startsWith("alice:")
     rate: {key: event.subject, per_minute: 1}
+`,
+	`name: gated
+model: {provider: scripted, script: [{text: hi}]}
+triggers:
+  - name: slash
+    when: event.type == "dev.jetloop.request" && event.data.text.startsWith("/")
 `,
 }
 
@@ -48,6 +54,8 @@ func TestRequestsAreDecidedByTheAgent(t *testing.T) {
 		{name: "requests off", agent: "closed", text: "hello", status: http.StatusUnprocessableEntity, reason: "closed takes no user requests (requests: off)"},
 		{name: "a trigger admits", agent: "picky", text: "alice: hi", status: http.StatusAccepted},
 		{name: "no trigger admits", agent: "picky", text: "bob: hi", status: http.StatusUnprocessableEntity, reason: "no trigger of agent picky admits this request (requests: triggers)"},
+		{name: "a request trigger refuses", agent: "gated", text: "no slash", status: http.StatusUnprocessableEntity, reason: "no trigger of agent gated admits this request"},
+		{name: "a request trigger admits", agent: "gated", text: "/run", status: http.StatusAccepted},
 		{name: "rate limited", agent: "picky", text: "alice: again", status: http.StatusTooManyRequests, reason: "rate limit 1/min"},
 	}
 	for _, tt := range tests {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/model/prices"
 	"github.com/jetloop/jetloop/schedule/pattern"
 	"github.com/jetloop/jetloop/tools"
@@ -32,6 +33,31 @@ type Compiled struct {
 	// cannot start) in the file Parse read.
 	file string
 	loc  locate
+}
+
+// requestTriggerRE matches a when that tests for the request type: the
+// trigger is one for requests.
+var requestTriggerRE = regexp.MustCompile(`event\.type\s*==\s*["']` + regexp.QuoteMeta(events.TypeRequest) + `["']|["']` +
+	regexp.QuoteMeta(events.TypeRequest) + `["']\s*==\s*event\.type`)
+
+// RequestsByTriggers reports whether only the triggers decide the user
+// requests addressed to the agent, so that one no trigger admits is
+// refused: with requests: triggers, and by default (requests unset) when
+// a trigger's when tests event.type == "dev.jetloop.request": that
+// trigger is the agent's word on requests, and a request it refuses is
+// not run past it.
+func (c *Compiled) RequestsByTriggers() bool {
+	switch c.Definition.Requests {
+	case RequestsTriggers:
+		return true
+	case "":
+		for _, t := range c.Definition.Triggers {
+			if requestTriggerRE.MatchString(t.When) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Position returns the line and column of a field path such as

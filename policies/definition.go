@@ -42,9 +42,11 @@ type Definition struct {
 	Concurrency *Concurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 	// Requests says what becomes of a user request addressed to one of
 	// the agent's sessions (jetloop send, jl.api.send, POST …/messages):
-	// "on" (the default) admits it to that session when no trigger admits
-	// it first; "triggers" leaves it to the triggers alone, so a request
-	// no trigger's when admits is refused; "off" refuses every request.
+	// "on" admits it to that session when no trigger admits it first;
+	// "triggers" leaves it to the triggers alone, so a request no
+	// trigger's when admits is refused; "off" refuses every request.
+	// Unset is "triggers" when a trigger's when tests event.type ==
+	// "dev.jetloop.request", else "on" (Compiled.RequestsByTriggers).
 	Requests string `yaml:"requests,omitempty" json:"requests,omitempty"`
 	// Limits are spend ceilings beyond one run (Budget is per run).
 	Limits *Limits `yaml:"limits,omitempty" json:"limits,omitempty"`
