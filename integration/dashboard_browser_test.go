@@ -330,7 +330,7 @@ model:
 // call; Deny with a reason, Cancel, Interrupt and Resume, and Fork at a
 // turn act on the session as the CLI's verbs do; a result kept in
 // jl_blobs is read page by page on demand; a schedule is suspended and
-// resumed; a delegating session links its child and the child its
+// resumed; a dead letter is read and redriven once; a delegating session links its child and the child its
 // parent and task; the page holds on a phone-sized screen; every control has a
 // label; the page has no error.
 func TestDashboardInBrowser(t *testing.T) {
@@ -511,6 +511,35 @@ func TestDashboardInBrowser(t *testing.T) {
 		waitShow("gated/s4", "cancelled")
 		if eval[bool](b, `document.querySelector(".actions button.danger").disabled`) != true {
 			t.Fatal("Cancel is still enabled for a cancelled session")
+		}
+		b.checkPage()
+	})
+
+	t.Run("dead letter", func(t *testing.T) {
+		b.use(t)
+		// A request to the cancelled session is dead-lettered.
+		send("s4", "one more file")
+		row := `[...document.querySelectorAll("tbody tr")].find((tr) => tr.textContent.includes("session_cancelled") && tr.textContent.includes("gated/s4"))`
+		b.do("open the dead letters", chromedp.Navigate(ready["http"]+"/ui/#/dlq?reason=session_cancelled"))
+		natstest.WaitFor(t, time.Minute, func() error {
+			b.do("read them again", chromedp.Reload())
+			if !eval[bool](b, `(() => { const r = `+row+`; return !!r; })()`) {
+				return fmt.Errorf("no session_cancelled letter of gated/s4 listed")
+			}
+			return nil
+		})
+		b.do("open the letter", chromedp.Click(chromedp.CSS(`tbody tr:has(a[href="#/s/gated/s4"]) td:first-child a`)))
+		b.await("the letter, its detail and data", `(document.querySelector("h1") || {textContent: ""}).textContent.startsWith("Dead letter #") && `+fact("Detail")+` === "session is cancelled" && (document.querySelector("main > pre") || {textContent: ""}).textContent.includes("one more file")`, 30*time.Second)
+		seq := strings.TrimPrefix(eval[string](b, `document.querySelector("h1").textContent`), "Dead letter #")
+		b.do("press Redrive", chromedp.Click(chromedp.CSS(`main button.primary`)))
+		b.await("redriven", `document.querySelector("#notice").textContent.includes("Letter #`+seq+` redriven to jl.in.gated.")`, 30*time.Second)
+		b.do("read the letter again", chromedp.Reload())
+		b.await("the letter again", `(document.querySelector("h1") || {}).textContent === "Dead letter #`+seq+`" && !!document.querySelector("main button.primary")`, 30*time.Second)
+		b.do("press Redrive again", chromedp.Click(chromedp.CSS(`main button.primary`)))
+		b.await("redriven once only", `document.querySelector("#notice").textContent.includes("Letter #`+seq+` was redriven before.")`, 30*time.Second)
+		out, err := jetloopCmd(t, bin, "dlq", "show", "--server", url, seq)
+		if err != nil || !strings.Contains(out, "session is cancelled") {
+			t.Fatalf("jetloop dlq show %s: %v\n%s", seq, err, out)
 		}
 		b.checkPage()
 	})
