@@ -1,9 +1,11 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/cli"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -67,7 +70,8 @@ func wait(tb testing.TB, ctx context.Context, fs []jetstream.PubAckFuture) {
 // BenchmarkStatusBlocked lists the blocked sessions among 100,000 (1,000
 // of them) through the API, against the raw JetStream operation the best
 // implementation needs (an ordered consumer of the index's blocked keys),
-// and pages through all 100,000 as `jetloop status` does.
+// and pages through all 100,000 through the API and with `jetloop status`
+// (every session, then the blocked ones), as a user runs it.
 //
 //	go test ./api -run '^$' -bench BenchmarkStatusBlocked -benchtime 5x
 func BenchmarkStatusBlocked(b *testing.B) {
@@ -139,4 +143,27 @@ func BenchmarkStatusBlocked(b *testing.B) {
 	}
 	b.ReportMetric(time.Since(t0).Seconds(), "all-pages-s")
 	b.ReportMetric(float64(pages), "pages")
+
+	// `jetloop status` as a user runs it: every session, a page at a time,
+	// and the blocked ones.
+	jetloop := func(args ...string) (int, time.Duration) {
+		var out, errb bytes.Buffer
+		t0 := time.Now()
+		code := cli.Main(ctx, append([]string{"status", "--server", h.nc.ConnectedUrl()}, args...), &out, &errb)
+		d := time.Since(t0)
+		if code != 0 {
+			b.Fatalf("jetloop status %v: exit %d: %s", args, code, errb.String())
+		}
+		return strings.Count(out.String(), "\n") - 1, d // less the header
+	}
+	listed, d := jetloop()
+	if listed != total {
+		b.Fatalf("jetloop status listed %d sessions of %d", listed, total)
+	}
+	b.ReportMetric(d.Seconds(), "cli-all-s")
+	listed, d = jetloop("--status", "blocked")
+	if listed != blocked {
+		b.Fatalf("jetloop status --status blocked listed %d sessions of %d", listed, blocked)
+	}
+	b.ReportMetric(d.Seconds()*1000, "cli-blocked-ms")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/worker"
 )
 
@@ -201,38 +202,59 @@ func TestAskHumanTimeout(t *testing.T) {
 	checkCalls(t, tr)
 }
 
-// TestScriptScopeRunKeepsItsPlaceOnSteer steers a run of a scripted agent
-// with script_scope run while its first model call is in flight: the
-// steer joins the next call's context, and that call gets the script's
-// second entry, not the first again (a steer is not a new run).
-func TestScriptScopeRunKeepsItsPlaceOnSteer(t *testing.T) {
-	e := setup(t)
-	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
-	def := policies.Definition{Name: "demo", Tools: []string{"ledger"}, Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
-		callLedger("first"), {Text: "second"}}}}
-	p := newProbe(true)
-	e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}, Models: p.factory})
-	ref := e.ref(t, "demo", "s1")
-	e.send(t, ref, "go")
-	select {
-	case <-p.calling:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no model call")
+// TestScriptScopeRunKeepsItsPlace steers, or interrupts and resumes, a
+// run of a scripted agent with script_scope run while its first model
+// call is in flight: the message joins the next call's context, and that
+// call gets the script's second entry, not the first again (a steer or a
+// resume is not a new run).
+func TestScriptScopeRunKeepsItsPlace(t *testing.T) {
+	tests := []struct {
+		name string
+		ctl  func(t *testing.T, e *env, ref streams.SessionRef)
+		want string // in the last request's user text
+	}{
+		{name: "steer", want: "mind the tests", ctl: func(t *testing.T, e *env, ref streams.SessionRef) {
+			publish(t, e, ref, control.Message{Verb: control.Steer, Text: "mind the tests"})
+		}},
+		{name: "interrupt and resume", want: "[resume] carry on", ctl: func(t *testing.T, e *env, ref streams.SessionRef) {
+			publish(t, e, ref, control.Message{Verb: control.Interrupt})
+		}},
 	}
-	publish(t, e, ref, control.Message{Verb: control.Steer, Text: "mind the tests"})
-	close(p.hold)
-	tr := e.waitStatus(t, ref, record.StatusDone)
-	var texts []string
-	for _, en := range tr.Transcript {
-		if en.Kind == record.KindAssistant {
-			texts = append(texts, en.Text)
-		}
-	}
-	if strings.Join(texts, ",") != "first,second" {
-		t.Fatalf("answers %q: the steer restarted the script; transcript %s", texts, kinds(tr))
-	}
-	reqs := p.requests()
-	if last := userText(reqs[len(reqs)-1]); !strings.Contains(last, "mind the tests") {
-		t.Errorf("the steer is not in the second call's context: %q", last)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := setup(t)
+			led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+			def := policies.Definition{Name: "demo", Tools: []string{"ledger"}, Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+				callLedger("first"), {Text: "second"}}}}
+			p := newProbe(true)
+			e.start(t, worker.Config{Definitions: defs{"demo": def}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"demo"}, Models: p.factory})
+			ref := e.ref(t, "demo", "s1")
+			e.send(t, ref, "go")
+			select {
+			case <-p.calling:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no model call")
+			}
+			tt.ctl(t, e, ref)
+			close(p.hold)
+			if tt.name != "steer" {
+				e.waitStatus(t, ref, record.StatusPaused)
+				publish(t, e, ref, control.Message{Verb: control.Resume, Text: "carry on"})
+			}
+			tr := e.waitStatus(t, ref, record.StatusDone)
+			var texts []string
+			for _, en := range tr.Transcript {
+				if en.Kind == record.KindAssistant {
+					texts = append(texts, en.Text)
+				}
+			}
+			if strings.Join(texts, ",") != "first,second" {
+				t.Fatalf("answers %q: the script started over; transcript %s", texts, kinds(tr))
+			}
+			reqs := p.requests()
+			if last := userText(reqs[len(reqs)-1]); !strings.Contains(last, tt.want) {
+				t.Errorf("%q is not in the second call's context: %q", tt.want, last)
+			}
+		})
 	}
 }
