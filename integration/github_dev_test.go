@@ -165,3 +165,90 @@ func TestDevGitHubCommentOnceAcrossKill(t *testing.T) {
 		t.Fatalf("%d comments on the pull request after the redelivery, want 1", n)
 	}
 }
+
+// TestDevGitHubOneTokenForEverySession shows that every session of a
+// worker uses one cache of installation tokens: twelve pull requests
+// delivered at once to `jetloop dev` run twelve sessions, each posts its
+// comment with the installation's token, and GitHub is asked for that
+// token once (ghapp's TestRefreshRaceOneExchange shows the single flight
+// of one refresh asked by many at the same moment).
+func TestDevGitHubOneTokenForEverySession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs jetloop")
+	}
+	bin := buildJetloop(t)
+	t.Setenv("JETLOOP_GITHUB_SECRET", ingestSecret)
+	t.Setenv(ghapp.EnvAppID, "")
+	t.Setenv(ghapp.EnvToken, "")
+	fake := ghfake.New(t)
+	fake.AddInstallation(1, "Codertocat/Hello-World")
+	key := fake.WriteKey(t, t.TempDir())
+
+	p := startProc(t, bin, devArgs(t.TempDir())...)
+	ready := p.waitReady(time.Minute)
+	url, base := ready["nats"], ready["http"]
+	c, err := policies.LoadFile("../examples/pr-reviewer.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := c.Definition
+	def.GitHub = &ghapp.Settings{AppID: ghfake.AppID, PrivateKeyFile: key, BaseURL: fake.URL()}
+	putAgent(t, url, def)
+
+	raw, err := os.ReadFile("../ingest/testdata/github/pull_request/opened.payload.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prs = 12
+	errs := make(chan error, prs)
+	for n := 100; n < 100+prs; n++ {
+		var payload map[string]any
+		if err := json.Unmarshal(raw, &payload); err != nil {
+			t.Fatal(err)
+		}
+		payload["number"] = n
+		payload["pull_request"].(map[string]any)["number"] = n
+		body, _ := json.Marshal(payload)
+		go func() {
+			status, out, err := postWebhookStatus(base, "pull_request", fmt.Sprintf("gh-many-%d", n), body, ingest.Sign([]byte(ingestSecret), body))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if status != http.StatusAccepted {
+				errs <- fmt.Errorf("delivery of #%d: %d %v", n, status, out)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range prs {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("deliveries not answered within a minute")
+		}
+	}
+	if err := natstest.Poll(t.Context(), 2*time.Minute, func() error {
+		for n := 100; n < 100+prs; n++ {
+			if got := len(fake.Comments("Codertocat/Hello-World", n)); got != 1 {
+				return fmt.Errorf("%d comments on #%d", got, n)
+			}
+		}
+		return nil
+	}); err != nil {
+		st, _ := jetloopCmd(t, bin, "status", "--server", url)
+		t.Fatalf("%v\nstatus:\n%s\ndev stderr:\n%s", err, st, p.Stderr())
+	}
+	for _, cm := range fake.Comments("", 0) {
+		if cm.Installation != 1 {
+			t.Fatalf("comment %+v not posted with installation 1's token", cm)
+		}
+	}
+	if n := fake.Exchanges(); n != 1 {
+		t.Fatalf("%d token exchanges for %d sessions of one installation, want 1", n, prs)
+	}
+}

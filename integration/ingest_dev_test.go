@@ -26,6 +26,15 @@ const ingestSecret = "integration-secret"
 
 func postWebhook(t *testing.T, base, event, delivery string, body []byte, sig string) (int, map[string]any) {
 	t.Helper()
+	status, out, err := postWebhookStatus(base, event, delivery, body, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, out
+}
+
+// postWebhookStatus is postWebhook for another goroutine than the test's.
+func postWebhookStatus(base, event, delivery string, body []byte, sig string) (int, map[string]any, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set(ingest.HeaderGitHubEvent, event)
 	if delivery != "" {
@@ -34,13 +43,13 @@ func postWebhook(t *testing.T, base, event, delivery string, body []byte, sig st
 	req.Header.Set(ingest.HeaderGitHubSignature, sig)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, fmt.Errorf("post %s delivery %s: %w", event, delivery, err)
 	}
 	defer resp.Body.Close()
 	var out map[string]any
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, nil
 }
 
 func runCLI(t *testing.T, bin string, env []string, args ...string) (string, string, error) {
