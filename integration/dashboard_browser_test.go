@@ -330,7 +330,8 @@ model:
 // call; Deny with a reason, Cancel, Interrupt and Resume, and Fork at a
 // turn act on the session as the CLI's verbs do; a result kept in
 // jl_blobs is read page by page on demand; a schedule is suspended and
-// resumed; a dead letter is read and redriven once; a delegating session links its child and the child its
+// resumed (its next fire shown); an agent's second version is listed with
+// its history; a dead letter is read and redriven once; a delegating session links its child and the child its
 // parent and task; the page holds on a phone-sized screen; every control has a
 // label; the page has no error.
 func TestDashboardInBrowser(t *testing.T) {
@@ -629,7 +630,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.use(t)
 		row := `[...document.querySelectorAll("tbody tr")].find((tr) => tr.textContent.includes("monitor/health"))`
 		b.do("open the schedules", chromedp.Navigate(ready["http"]+"/ui/#/schedules"))
-		b.await("monitor/health, closed, with its next fire", `(() => { const r = `+row+`; return !!r && r.textContent.includes("closed") && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.await("monitor/health, closed, with its next fire", `(() => { const r = `+row+`; return !!r && r.textContent.includes("closed") && r.textContent.includes("Suspend") && !!r.querySelector('td[data-label="Next fire"] time[datetime]'); })()`, 30*time.Second)
 		b.do("press Suspend", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button`)))
 		b.await("suspended", `(() => { const r = `+row+`; return !!r && r.textContent.includes("tripped") && r.textContent.includes("Resume"); })()`, 30*time.Second)
 		out, err := jetloopCmd(t, bin, "schedules", "--server", url)
@@ -655,6 +656,28 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.await("the child's answer in its timeline", `[...document.querySelectorAll('.timeline li[data-kind="assistant"]')].some((li) => li.textContent.includes("Three files."))`, 30*time.Second)
 		b.do("follow the link to the parent", chromedp.Click(chromedp.CSS(`.facts dd a[href="#/s/lead/t1"]`)))
 		b.await("the parent's page", `location.hash === "#/s/lead/t1" && document.querySelector("h1").textContent.startsWith("lead / t1 ")`, 30*time.Second)
+		b.checkPage()
+	})
+
+	t.Run("agent versions", func(t *testing.T) {
+		b.use(t)
+		c, err := policies.Parse("agent.yaml", []byte(strings.Replace(helperAgent, "description: Counts.", "description: Counts, again.", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		putAgent(t, url, c.Definition)
+		row := `[...document.querySelectorAll("tbody tr")].find((tr) => { const a = tr.querySelector('td[data-label="Agent"]'); return a && a.textContent === "helper"; })`
+		b.do("open the agents", chromedp.Navigate(ready["http"]+"/ui/#/agents"))
+		natstest.WaitFor(t, 30*time.Second, func() error {
+			b.do("read them again", chromedp.Reload())
+			b.await("the agents", `!!document.querySelector("tbody")`, 30*time.Second)
+			if v := eval[string](b, `(() => { const r = `+row+`; return r ? r.querySelector('td[data-label="Version"]').textContent : ""; })()`); v != "v2" {
+				return fmt.Errorf("helper listed at %q, want v2", v)
+			}
+			return nil
+		})
+		b.do("open its versions", chromedp.Click(chromedp.CSS(`tbody tr:has(a[href="#/sessions?agent=helper"]) button[aria-expanded]`)))
+		b.await("its history, newest first", `(() => { const t = [...document.querySelectorAll("table table, td table")].find((t) => t.querySelector("caption").textContent.startsWith("Versions of helper")); if (!t) return false; const v = [...t.querySelectorAll('td[data-label="Version"]')].map((td) => td.textContent); return v.join(" ") === "v2 v1"; })()`, 30*time.Second)
 		b.checkPage()
 	})
 
