@@ -29,9 +29,11 @@ import (
 // reached (the event is recorded, with the reason, and a decision in
 // JL_AUDIT), and a run that reaches one ends as budget_exceeded.
 //
-// A call's cost is added after its settlement, once per call (its session
-// and step name the addition, remembered for a while): a worker that dies
-// between the two leaves that call out of the day's counters.
+// A call's cost is added when its answer comes, before its settlement,
+// once per attempt (its session, step and attempt name the addition,
+// remembered for a while): a worker that dies before the settlement has
+// counted the call, and the call its successor makes again is counted
+// too, as both were billed.
 
 // Bounds of the spend counters.
 const (
@@ -189,15 +191,19 @@ func (s *session) spendKey(ctx context.Context, def *policies.Definition, ev eve
 	return key
 }
 
-// addSpend adds a settled model call's cost (step, usage u) to the day
-// counters its agent's limits keep. A failure is logged: the settlement
-// stands, and the counters miss that call.
-func (s *session) addSpend(ctx context.Context, step uint64, usd float64) {
+// addSpend adds the cost of an answered model call (its step and
+// attempt) to the day counters its agent's limits keep. It is called as
+// the answer comes, before its settlement is written: the call was billed
+// whether or not the settlement follows, and a call made again after a
+// crash is another attempt, added too; adopting a stored settlement adds
+// the same attempt again, which adds nothing. A failure is logged: the
+// counters miss that call.
+func (s *session) addSpend(ctx context.Context, step uint64, attempt int, usd float64) {
 	l := s.st.Ceilings
 	if !hasDayLimits(l) || usd <= 0 {
 		return
 	}
-	id := fmt.Sprintf("%s#%d", s.r.ref.Session, step)
+	id := fmt.Sprintf("%s#%d.%d", s.r.ref.Session, step, attempt)
 	today := day(time.Now())
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

@@ -87,6 +87,8 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(model.WithAgent(mctx, s.r.ref.Agent), req)
 	if err == nil {
+		// Billed, whatever follows.
+		s.addSpend(ctx, in.Step, in.Attempt, resp.Usage.CostUSD)
 		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
 			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD))
 	}
@@ -123,9 +125,6 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	settleCompaction(&next, in, sum)
 	if err := s.commit(ctx, []record.Entry{sum}, next); err != nil {
 		return err
-	}
-	if sum.Usage != nil {
-		s.addSpend(ctx, in.Step, sum.Usage.CostUSD)
 	}
 	s.w.m.steps.WithLabelValues(s.labels("compact", "ok")...).Inc()
 	s.w.m.compactions.Inc()
@@ -164,7 +163,8 @@ func (s *session) adoptSummary(ctx context.Context, p record.Intent, sum record.
 		return err
 	}
 	if sum.Usage != nil {
-		s.addSpend(ctx, p.Step, sum.Usage.CostUSD)
+		// Added when the summary came, unless the worker died first.
+		s.addSpend(ctx, p.Step, sum.Attempt, sum.Usage.CostUSD)
 	}
 	s.w.m.steps.WithLabelValues(s.labels("compact", "adopted")...).Inc()
 	s.log.Info("compaction settled with the summary stored before the interruption", "step", p.Step, "summary", sum.ID)

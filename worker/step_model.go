@@ -112,6 +112,8 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	mctx, cancel := s.stepContext(ctx)
 	resp, err := s.model.Complete(model.WithAgent(mctx, s.r.ref.Agent), req)
 	if err == nil {
+		// Billed, whatever follows.
+		s.addSpend(ctx, in.Step, in.Attempt, resp.Usage.CostUSD)
 		span.SetAttributes(tracing.GenAIRespModel.String(resp.Model), tracing.GenAIInputTokens.Int64(resp.Usage.InputTokens),
 			tracing.GenAIOutputTokens.Int64(resp.Usage.OutputTokens), tracing.AttrCostUSD.Float64(resp.Usage.CostUSD),
 			attribute.Int("jetloop.tool_calls", len(resp.ToolCalls)))
@@ -188,7 +190,6 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		return err
 	}
 	s.merged(merged)
-	s.addSpend(ctx, in.Step, resp.Usage.CostUSD)
 	// The tree above learns what this step cost.
 	s.report(ctx)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
@@ -236,7 +237,8 @@ func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []reco
 	}
 	s.merged(merged)
 	if u := stored[0].Usage; u != nil {
-		s.addSpend(ctx, p.Step, u.CostUSD)
+		// Added when the answer came, unless the worker died first.
+		s.addSpend(ctx, p.Step, stored[0].Attempt, u.CostUSD)
 	}
 	s.report(ctx)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "adopted")...).Inc()
