@@ -150,6 +150,12 @@ limits: {session_usd: 5}
 	"plain.yaml": "name: plain\nmodel: {provider: scripted, script: [{text: Plainly.}]}\n",
 	// Takes no requests.
 	"closed.yaml": "name: closed\nmodel: {provider: scripted, script: [{text: never}]}\nrequests: off\n",
+	// Requests to it go at most one a second; the others wait their turn.
+	"paced.yaml": `name: paced
+model: {provider: scripted, script: [{text: Paced.}]}
+triggers:
+  - {name: request, when: 'event.type == "dev.jetloop.request"', session: event.subject, throttle: {per_minute: 60}}
+`,
 	// A schedule that fires every second.
 	"ticker.yaml": `name: ticker
 model: {provider: scripted, script: [{text: Tick.}]}
@@ -281,6 +287,41 @@ func TestDevFlowControl(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(system, "\n"), "event the-interrupt (on_busy: interrupt) ended this run") {
 			t.Fatalf("system entries %q", system)
+		}
+	})
+
+	t.Run("throttle queues", func(t *testing.T) {
+		// Three requests at once: the first goes now, the others are
+		// stored and go a second apart, each a run of its own, in order.
+		for i, text := range []string{"one", "two", "three"} {
+			status, body := request("paced", "s1", "paced-"+text, text)
+			admitted, _ := body["admitted"].([]any)
+			if status != http.StatusAccepted || len(admitted) != 1 {
+				t.Fatalf("request %s: %d %v", text, status, body)
+			}
+			target, _ := admitted[0].(map[string]any)
+			if throttled := target["throttled"] == true && target["at"] != nil; throttled != (i > 0) {
+				t.Fatalf("request %s: throttled %v: %v", text, throttled, target)
+			}
+		}
+		s := awaitShow(t, p, bin, url, "paced/s1", time.Minute, func(s showJSON) error {
+			if s.Status != "done" || len(entriesOf(s, "assistant")) != 3 {
+				return fmt.Errorf("status %s, %d answers", s.Status, len(entriesOf(s, "assistant")))
+			}
+			return nil
+		})
+		var kinds, texts []string
+		for _, e := range s.Transcript {
+			kinds = append(kinds, fmt.Sprint(e["kind"]))
+			if e["kind"] == "user" {
+				texts = append(texts, fmt.Sprint(e["text"]))
+			}
+		}
+		if got := strings.Join(kinds, ","); got != "user,assistant,user,assistant,user,assistant" {
+			t.Fatalf("transcript %s, want three runs", got)
+		}
+		if got := strings.Join(texts, ","); got != "one,two,three" {
+			t.Fatalf("requests ran in the order %s", got)
 		}
 	})
 

@@ -67,7 +67,7 @@ var fieldEffects = map[string][]string{
 	"triggers.rate.key":            {"admission/TestRateLimitSharedAcrossProcesses"},
 	"triggers.rate.per_minute":     {"admission/TestRateLimitSharedAcrossProcesses", "ingest/TestRequestsAreDecidedByTheAgent"},
 	"triggers.rate.burst":          {"admission/TestRateTakeOncePerEvent"},
-	"triggers.throttle.per_minute": {"admission/TestThrottleQueuesInsteadOfDropping"},
+	"triggers.throttle.per_minute": {"admission/TestThrottleQueuesInsteadOfDropping", "integration/TestDevFlowControl"},
 	"triggers.throttle.key":        {"admission/TestThrottleQueuesInsteadOfDropping"},
 	"triggers.debounce.window":     {"admission/TestDebounceFiresOnceWithLatestData", "integration/TestDevMentionResponderAnswersABurstOnce"},
 	"triggers.debounce.max_wait":   {"admission/TestDebounceMaxWaitFiresANeverQuietBurst"},
