@@ -15,29 +15,43 @@ import (
 	"github.com/jetloop/jetloop/policies"
 )
 
-// tracedAgent answers a pull request with one shell step.
-const tracedAgent = `name: traced
+// tracedAgent answers a pull request with one shell step and a
+// delegation to checkerAgent.
+const (
+	tracedAgent = `name: traced
 model:
   provider: scripted
   name: script-1
   script:
     - text: Checking.
-      tool_calls: [{name: shell, args: {command: "echo checked"}}]
+      tool_calls:
+        - {name: shell, args: {command: "echo checked"}}
+        - {name: delegate, args: {agent: checker, task: check it again}}
       usage: {input_tokens: 300, output_tokens: 20}
     - text: Checked.
       usage: {input_tokens: 400, output_tokens: 5}
-tools: [shell]
+tools: [shell, delegate]
 triggers:
   - name: pr
     when: event.type == "com.github.pull_request.opened"
     session: event.data.repository.full_name + "#" + string(event.data.pull_request.number)
 `
+	checkerAgent = `name: checker
+model:
+  provider: scripted
+  name: script-2
+  script:
+    - text: Fine.
+      usage: {input_tokens: 50, output_tokens: 2}
+`
+)
 
 // TestDevWebhookIsOneTrace is the acceptance of tracing: `jetloop dev`
 // with OTEL_EXPORTER_OTLP_ENDPOINT pointed at a local OTLP/HTTP receiver
 // exports, for one signed webhook, one trace whose spans cover the HTTP
 // request, dedupe, admission, publish, the run, its model steps (with the
-// GenAI attributes) and its tool step, each the child of the one before.
+// GenAI attributes) and its tool steps, each the child of the one before,
+// and through the delegate call's publish the delegated child's run.
 func TestDevWebhookIsOneTrace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs jetloop")
@@ -55,6 +69,11 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	putAgent(t, ready["nats"], c.Definition)
+	checker, err := policies.Parse("checker.yaml", []byte(checkerAgent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	putAgent(t, ready["nats"], checker.Definition)
 	body, err := os.ReadFile("../ingest/testdata/github/pull_request/opened.payload.json")
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +97,8 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 
 	// The delivery's trace: the request span whose publish carried the
 	// event to the traced agent's run.
-	want := []string{"POST /webhooks/github", "dedupe", "admission", "publish", "run traced", "chat script-1", "execute_tool shell"}
+	want := []string{"POST /webhooks/github", "dedupe", "admission", "publish", "run traced", "chat script-1", "execute_tool shell",
+		"execute_tool delegate", "run checker", "chat script-2"}
 	var trace map[string][]otlptest.Span
 	natstest.WaitFor(t, time.Minute, func() error {
 		trace = nil
@@ -90,8 +110,8 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 			byTrace[s.TraceID()][s.Name] = append(byTrace[s.TraceID()][s.Name], s)
 		}
 		for _, spans := range byTrace {
-			if run := spans["run traced"]; len(run) > 0 {
-				if v, _ := run[0].Attr("cloudevents.event_id"); v == id {
+			for _, run := range spans["run traced"] {
+				if v, _ := run.Attr("cloudevents.event_id"); v == id {
 					trace = spans
 				}
 			}
@@ -105,7 +125,8 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 				missing = append(missing, name)
 			}
 		}
-		if len(trace["chat script-1"]) < 2 || len(missing) > 0 {
+		// The run waits for its child, and a second run span continues it.
+		if len(trace["chat script-1"]) < 2 || len(trace["run traced"]) < 2 || len(missing) > 0 {
 			var have []string
 			for name := range trace {
 				have = append(have, name)
@@ -120,21 +141,47 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 	if req.ParentID() != "" || req.Service != "jetloop-under-test" {
 		t.Fatalf("request span: parent %q, service %q", req.ParentID(), req.Service)
 	}
-	for _, name := range []string{"dedupe", "admission", "publish"} {
+	for _, name := range []string{"dedupe", "admission"} {
 		if s := one(name); s.ParentID() != req.SpanID() {
 			t.Fatalf("%s span's parent %s, want the request's %s", name, s.ParentID(), req.SpanID())
 		}
 	}
-	run := one("run traced")
-	if run.ParentID() != one("publish").SpanID() {
-		t.Fatalf("run span's parent %s, want the publish span %s", run.ParentID(), one("publish").SpanID())
+	// publishUnder is the publish span whose parent is parent.
+	publishUnder := func(parent otlptest.Span) otlptest.Span {
+		t.Helper()
+		for _, p := range trace["publish"] {
+			if p.ParentID() == parent.SpanID() {
+				return p
+			}
+		}
+		t.Fatalf("no publish span under %s (%d publish spans)", parent.Name, len(trace["publish"]))
+		return otlptest.Span{}
 	}
-	if st, _ := run.Attr("jetloop.status"); st != "done" {
-		t.Fatalf("run span ended %q, want done", st)
+	// The run the webhook's event started waits for the delegated child;
+	// the run that continues it when the child answers is its child.
+	var run, cont otlptest.Span
+	for _, r := range trace["run traced"] {
+		if r.ParentID() == publishUnder(req).SpanID() {
+			run = r
+		}
+	}
+	for _, r := range trace["run traced"] {
+		if run.Span != nil && r.ParentID() == run.SpanID() {
+			cont = r
+		}
+	}
+	if run.Span == nil || cont.Span == nil {
+		t.Fatalf("run spans %d: none the child of the request's publish, or none continuing it", len(trace["run traced"]))
+	}
+	if st, _ := run.Attr("jetloop.status"); st != "waiting" {
+		t.Fatalf("first run span ended %q, want waiting (for its child)", st)
+	}
+	if st, _ := cont.Attr("jetloop.status"); st != "done" {
+		t.Fatalf("continued run span ended %q, want done", st)
 	}
 	for _, m := range trace["chat script-1"] {
-		if m.ParentID() != run.SpanID() {
-			t.Fatalf("model span's parent %s, want the run %s", m.ParentID(), run.SpanID())
+		if m.ParentID() != run.SpanID() && m.ParentID() != cont.SpanID() {
+			t.Fatalf("model span's parent %s, want one of the runs %s, %s", m.ParentID(), run.SpanID(), cont.SpanID())
 		}
 		for k, v := range map[string]string{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted", "gen_ai.system": "scripted", "gen_ai.request.model": "script-1"} {
 			if got, _ := m.Attr(k); got != v {
@@ -155,5 +202,22 @@ func TestDevWebhookIsOneTrace(t *testing.T) {
 	tool := one("execute_tool shell")
 	if name, _ := tool.Attr("gen_ai.tool.name"); tool.ParentID() != run.SpanID() || name != "shell" {
 		t.Fatalf("tool span: parent %s, tool %q", tool.ParentID(), name)
+	}
+
+	// The delegated child: its event published under the delegate call's
+	// span, its run that publish's child, its model step the run's.
+	del := one("execute_tool delegate")
+	if del.ParentID() != run.SpanID() {
+		t.Fatalf("delegate span's parent %s, want the run %s", del.ParentID(), run.SpanID())
+	}
+	child := one("run checker")
+	if pub := publishUnder(del); child.ParentID() != pub.SpanID() {
+		t.Fatalf("child run's parent %s, want the delegate's publish %s", child.ParentID(), pub.SpanID())
+	}
+	if st, _ := child.Attr("jetloop.status"); st != "done" {
+		t.Fatalf("child run span ended %q, want done", st)
+	}
+	if m := one("chat script-2"); m.ParentID() != child.SpanID() {
+		t.Fatalf("child's model span's parent %s, want its run %s", m.ParentID(), child.SpanID())
 	}
 }
