@@ -135,13 +135,9 @@ func benchStep(ctx context.Context, e *env) (map[string]float64, error) {
 		if n > 1 {
 			sfx = fmt.Sprintf("-%d", n)
 		}
-		w, err := measureSteps(ctx, e, n, max(n*4, e.cfg.Steps))
+		w, raw, err := stepsVsRaw(ctx, e, n, max(n*4, e.cfg.Steps))
 		if err != nil {
 			return nil, fmt.Errorf("%d sessions: %w", n, err)
-		}
-		raw, err := rawPairs(ctx, e, n, w.steps, w.createBytes, w.stateBytes)
-		if err != nil {
-			return nil, fmt.Errorf("%d sessions: raw: %w", n, err)
 		}
 		figs["steps/s"+sfx] = w.rate
 		figs["step-p50-ms"+sfx] = percentile(w.durations, 0.5)
@@ -179,6 +175,38 @@ const stepTurns = 50
 // counts the steps after each session's first, over the rounds' time from
 // the first of them to the last.
 func measureSteps(ctx context.Context, e *env, sessions, steps int) (stepRun, error) {
+	return measureStepRounds(ctx, e, sessions, steps, nil)
+}
+
+// stepsVsRaw measures about steps steps of sessions sessions at once
+// (measureSteps) and, after each round of them, the raw operations of as
+// many steps of the sizes measured so far (rawPairs): the two take turns,
+// so both see the same load of a shared machine, and their ratio holds
+// when the machine's speed changes during the run.
+func stepsVsRaw(ctx context.Context, e *env, sessions, steps int) (stepRun, stepRun, error) {
+	var raw stepRun
+	var elapsed time.Duration
+	w, err := measureStepRounds(ctx, e, sessions, steps, func(so stepRun) error {
+		r, err := rawPairs(ctx, e, sessions, so.steps, so.createBytes, so.stateBytes)
+		if err != nil {
+			return fmt.Errorf("raw: %w", err)
+		}
+		raw.steps += r.steps
+		raw.durations = append(raw.durations, r.durations...)
+		raw.createBytes, raw.stateBytes = r.createBytes, r.stateBytes
+		elapsed += time.Duration(float64(r.steps) / r.rate * float64(time.Second))
+		return nil
+	})
+	if err != nil {
+		return stepRun{}, stepRun{}, err
+	}
+	raw.rate = float64(raw.steps) / elapsed.Seconds()
+	return w, raw, nil
+}
+
+// measureStepRounds is measureSteps calling after, if set, once each
+// round is measured, with the steps of that round and the sizes so far.
+func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after func(stepRun) error) (stepRun, error) {
 	turns := max(1, min(stepTurns, steps/sessions/2))
 	rounds := max(1, steps/(sessions*turns*2))
 	call := policies.ScriptEntry{Text: "again", ToolCalls: []policies.ScriptToolCall{{Name: "noop", Args: map[string]any{"n": 1}}}}
@@ -201,7 +229,7 @@ func measureSteps(ctx context.Context, e *env, sessions, steps int) (stepRun, er
 	}
 	var out stepRun
 	var span time.Duration
-	entryBytes := 0
+	entryBytes, counted := 0, 0
 	run := nuid.Next()
 	for round := range rounds {
 		refs := make([]streams.SessionRef, sessions)
@@ -252,6 +280,12 @@ func measureSteps(ctx context.Context, e *env, sessions, steps int) (stepRun, er
 			out.stateBytes = max(out.stateBytes, len(b))
 		}
 		span += last.Sub(first)
+		if after != nil && out.steps > 0 {
+			if err := after(stepRun{steps: out.steps - counted, createBytes: entryBytes / out.steps, stateBytes: out.stateBytes}); err != nil {
+				return stepRun{}, err
+			}
+		}
+		counted = out.steps
 	}
 	if len(out.durations) == 0 || span <= 0 {
 		return stepRun{}, fmt.Errorf("%d steps measured", out.steps)

@@ -11,6 +11,8 @@ import (
 // implementation needs for as many (per step one KV create of the size of
 // the step's entries and one compare-and-set of the size of its state),
 // under both sync settings, on one node and on a three-node cluster (R3).
+// The two take turns, a round of steps then as many raw pairs, so their
+// ratios are of the same moments of a shared machine.
 // b.N is the steps of each.
 func BenchmarkStepVsRaw(b *testing.B) {
 	for _, cluster := range []bool{false, true} {
@@ -34,11 +36,7 @@ func BenchmarkStepVsRaw(b *testing.B) {
 					}
 					defer e.close()
 					b.ResetTimer()
-					w, err := measureSteps(ctx, e, n, max(b.N, 4*n))
-					if err != nil {
-						b.Fatal(err)
-					}
-					raw, err := rawPairs(ctx, e, n, w.steps, w.createBytes, w.stateBytes)
+					w, raw, err := stepsVsRaw(ctx, e, n, max(b.N, 4*n))
 					if err != nil {
 						b.Fatal(err)
 					}

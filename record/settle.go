@@ -35,22 +35,40 @@ const maxReplace = 8
 // replaced by a write the server stores only while the state is still at
 // rev; taken while the state has moved on, this writer is fenced
 // (ErrFenced), and nothing it writes is part of any transcript.
+//
+// The state is encoded while the creates' answers are awaited, so the
+// encoding costs the step no time of its own.
 func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
-	if len(entries) > 0 {
-		if err := s.createEntries(ctx, ref, entries, rev); err != nil {
-			return 0, err
-		}
-		if s.Between != nil {
-			s.Between(ctx, ref, entries, len(entries))
-		}
+	if len(entries) == 0 {
+		return s.Update(ctx, ref, st, rev)
 	}
-	return s.Update(ctx, ref, st, rev)
+	var b []byte
+	var encErr error
+	encoded := make(chan struct{})
+	go func() {
+		defer close(encoded)
+		b, encErr = encodeState(ref, st)
+	}()
+	err := s.createEntries(ctx, ref, entries, rev)
+	<-encoded
+	if err != nil {
+		return 0, err
+	}
+	if encErr != nil {
+		return 0, encErr
+	}
+	if s.Between != nil {
+		s.Between(ctx, ref, entries, len(entries))
+	}
+	return s.updateEncoded(ctx, ref, b, rev)
 }
 
 // encodeEntry returns the stored form of e, bounded by the server's
 // payload limit.
 func (s *Store) encodeEntry(ref streams.SessionRef, e Entry) ([]byte, error) {
-	b, err := marshal(e)
+	// Entry's own encoder, not marshal(e): through an Encoder its output
+	// would be validated and compacted a second time.
+	b, err := e.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("record: encode entry %d of %s: %w", e.ID, ref, err)
 	}

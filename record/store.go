@@ -152,9 +152,23 @@ func (s *Store) Update(ctx context.Context, ref streams.SessionRef, st State, re
 	if err != nil {
 		return 0, err
 	}
-	key := s.names.StateKey(ref)
+	return s.updateEncoded(ctx, ref, b, rev)
+}
+
+// updateEncoded writes the encoded state b if the state is still at
+// revision rev: the compare-and-set KeyValue.Update makes, published
+// directly (the key is the store's own, valid by construction).
+func (s *Store) updateEncoded(ctx context.Context, ref streams.SessionRef, b []byte, rev uint64) (uint64, error) {
+	subject := streams.KVSubject(s.bucket, s.names.StateKey(ref))
+	last := strconv.FormatUint(rev, 10)
 	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
-		return s.kv.Update(actx, key, b, rev)
+		m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: b}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, last)
+		ack, err := s.js.PublishMsg(actx, m)
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
 	})
 }
 

@@ -125,7 +125,14 @@ const partOverhead = 16
 // call become placeholders naming their handle; a summary stands where
 // the turns it covers were. System entries are the runtime's notes, not
 // context; of the control entries only steer and resume texts are.
-func Build(in Input) Context {
+func Build(in Input) Context { return build(in, true) }
+
+// BuildRequest is Build without Context.Parts: what a model call needs
+// (the request, its size and estimate, the masked count), without a part
+// per entry, which only an inspection of the context reads.
+func BuildRequest(in Input) Context { return build(in, false) }
+
+func build(in Input, parts bool) Context {
 	def := in.Def
 	rate, calibrated := Rate(in.State)
 	c := Context{BytesPerToken: rate, Calibrated: calibrated}
@@ -137,10 +144,15 @@ func Build(in Input) Context {
 		Tools:       in.Tools,
 		Earlier:     in.State.Summarised,
 	}
+	if parts {
+		c.Parts = make([]Part, 0, len(in.Entries)+3)
+	}
 	add := func(p Part) {
-		p.Tokens = Estimate(int64(p.Bytes), rate)
 		c.Bytes += int64(p.Bytes)
-		c.Parts = append(c.Parts, p)
+		if parts {
+			p.Tokens = Estimate(int64(p.Bytes), rate)
+			c.Parts = append(c.Parts, p)
+		}
 	}
 	if def.System != "" {
 		add(Part{Kind: "system", Bytes: len(def.System) + partOverhead, Text: def.System})
@@ -164,7 +176,10 @@ func Build(in Input) Context {
 		add(Part{Kind: "tools", Bytes: n, Name: strings.Join(names, ", ")})
 	}
 
-	msgs := req.Messages
+	var msgs []model.Message
+	if len(in.Entries) > 0 {
+		msgs = make([]model.Message, 0, len(in.Entries)/2+2)
+	}
 	last := func() *model.Message {
 		if len(msgs) == 0 {
 			return nil
@@ -228,7 +243,10 @@ func Build(in Input) Context {
 			if l := last(); l != nil && l.Role == model.RoleAssistant {
 				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
 				open[e.CallID] = true
-				p.Bytes, p.Text = len(e.Name)+len(e.Args)+len(e.CallID)+partOverhead, string(e.Args)
+				p.Bytes = len(e.Name) + len(e.Args) + len(e.CallID) + partOverhead
+				if parts {
+					p.Text = string(e.Args)
+				}
 				add(p)
 			}
 		case record.KindToolResult:

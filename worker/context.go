@@ -110,7 +110,7 @@ func (s *session) window(ctx context.Context, turn int) (window.Input, window.Co
 		}
 		in.Notes = n.Text
 	}
-	return in, window.Build(in), nil
+	return in, window.BuildRequest(in), nil
 }
 
 // toolSpecs are the specs of the tools the definition's calls offer.

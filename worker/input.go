@@ -339,7 +339,7 @@ func (s *session) next(ctx context.Context) error {
 			return err
 		}
 	}
-	if limit, _ := budget(s.st, record.StepModel, time.Now()); limit == "" {
+	if limit, _ := budget(s.st, record.StepModel, time.Now()); limit == "" && s.compacts() {
 		in, c, err := s.window(ctx, s.st.Turns+1)
 		if err != nil {
 			return err

@@ -27,6 +27,9 @@ type session struct {
 	// session.
 	live  []record.Entry
 	calls map[string]bool // call ids used in the live context
+	// dir is the session's work folder once made (dirMade): see workDir.
+	dir     string
+	dirMade bool
 	// ctlRead is the state revision at which JL_CTL was last read, and
 	// ctlReadAt when.
 	ctlRead   uint64

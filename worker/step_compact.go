@@ -172,11 +172,17 @@ func (s *session) adoptSummary(ctx context.Context, p record.Intent, sum record.
 	return nil
 }
 
+// compacts reports whether the session's context policy compacts at all:
+// without compact_at_tokens no context is built to ask (window.Due).
+func (s *session) compacts() bool {
+	return s.def != nil && s.def.Context != nil && s.def.Context.CompactAtTokens > 0
+}
+
 // compactionDue reports whether the model call after a write of next
 // with entries would compact first: merging its intent into that write
 // would skip the compaction.
 func (s *session) compactionDue(ctx context.Context, next record.State, entries []record.Entry) bool {
-	if s.def == nil || s.def.Context == nil || s.def.Context.CompactAtTokens == 0 {
+	if !s.compacts() {
 		return false
 	}
 	saved, savedLive := s.st, s.live

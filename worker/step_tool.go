@@ -256,6 +256,10 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 		res = toolOutcome{text: "no work folder: " + derr.Error(), isErr: true}
 	} else {
 		res = runTool(tctx, tool, s.toolCall(in, dir), call.Name)
+		if spec.State != tools.Stateless {
+			// It may have removed its folder: the next call makes it again.
+			s.dirMade = false
+		}
 	}
 	abort := aborted(sctx)
 	deadline := sctx.Err() != nil && ctx.Err() == nil && abort == nil
@@ -436,7 +440,17 @@ func (s *session) args(call record.CallRef) json.RawMessage {
 	return json.RawMessage(`{}`)
 }
 
-// workDir creates and returns the session's work folder.
+// workDir creates and returns the session's work folder: once, and again
+// after a call of a tool that is not stateless (one that may have removed
+// it); a stateless tool's call leaves it as it was.
 func (s *session) workDir() (string, error) {
-	return makeWorkFolder(s.w.cfg.WorkDir, s.r.ref)
+	if s.dirMade {
+		return s.dir, nil
+	}
+	dir, err := makeWorkFolder(s.w.cfg.WorkDir, s.r.ref)
+	if err != nil {
+		return "", err
+	}
+	s.dir, s.dirMade = dir, true
+	return dir, nil
 }
