@@ -692,6 +692,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		} {
 			b.do("open "+v.hash, chromedp.Navigate(ready["http"]+"/ui/"+v.hash))
 			b.await(v.hash, v.ready, 30*time.Second)
+			// Nothing the page loaded came from another origin.
+			if other := eval[[]string](b, `performance.getEntriesByType("resource").map((e) => e.name).filter((u) => !u.startsWith(location.origin + "/"))`); len(other) > 0 {
+				t.Fatalf("%s: loaded from elsewhere: %v", v.hash, other)
+			}
 			// Every control is labelled, for keyboards and screen readers.
 			if bad := eval[[]string](b, `[...document.querySelectorAll("input:not([type=hidden]), select, textarea")].filter((el) => !el.labels.length && !el.getAttribute("aria-label")).map((el) => el.outerHTML)`); len(bad) > 0 {
 				t.Fatalf("%s: controls without a label: %v", v.hash, bad)
