@@ -182,6 +182,9 @@ func (s *Store) reapply(c *Compiled, st agentState, spec *RolloutSpec, o putOpts
 	out := st.repeat(now, o.by)
 	nr := *r
 	nr.Percent, nr.Guard, nr.Changed = spec.Percent, spec.Guard, now
+	if err := st.keeps(&nr); err != nil {
+		return nil, c.fieldError("rollout", err)
+	}
 	out.Rollout = &nr
 	return &out, nil
 }
@@ -335,9 +338,31 @@ func (s *Store) SetRollout(ctx context.Context, agent string, ch RolloutChange, 
 				out.Ended = ending(r, RolloutSuperseded, fmt.Sprintf("version %d became the canary", ch.Version), by, now)
 			}
 		}
+		if err := st.keeps(&nr); err != nil {
+			return nil, fmt.Errorf("policies: rollout %q: %w", agent, err)
+		}
 		out.Rollout = &nr
 		return &out, nil
 	})
+}
+
+// historyDepth is how many entries of a key jl_agents keeps, read once.
+func (s *Store) historyDepth(ctx context.Context) (int64, error) {
+	s.mu.Lock()
+	d := s.depth
+	s.mu.Unlock()
+	if d != 0 {
+		return d, nil
+	}
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", s.names.BucketAgents(), err)
+	}
+	d = st.History()
+	s.mu.Lock()
+	s.depth = d
+	s.mu.Unlock()
+	return d, nil
 }
 
 // agentState is what a change of an agent decides on.
@@ -350,6 +375,31 @@ type agentState struct {
 	// head is the newest entry that compiles; nil when the agent is
 	// deleted or has none.
 	head *Record
+	// depth is how many entries of a key jl_agents keeps.
+	depth int64
+}
+
+// keeps reports a rollout-only entry, serving rollout r, that the bucket
+// could not take without dropping an entry r resolves new sessions
+// through: the oldest entry kept leaves when the key's history is full,
+// and without the stable's or the canary's entry no new session of that
+// side would resolve, nor could the rollout be rolled back.
+func (st agentState) keeps(r *Rollout) error {
+	if r == nil || st.depth <= 0 || int64(len(st.h.entries)) < st.depth {
+		return nil
+	}
+	oldest := st.h.entries[0].Revision()
+	for _, v := range []struct {
+		side    string
+		version uint64
+		rev     uint64
+	}{{"stable", r.Stable, r.StableRevision}, {"canary", r.Canary, r.CanaryRevision}} {
+		if v.rev == oldest {
+			return fmt.Errorf("this change would push the entry of %s version %d out of jl_agents' history of %d entries, and new sessions resolve through it: promote the canary (percent 100) or roll it back (percent 0), then start a new rollout: %w",
+				v.side, v.version, st.depth, ErrConflict)
+		}
+	}
+	return nil
 }
 
 func (s *Store) state(ctx context.Context, agent string) (agentState, error) {
@@ -361,7 +411,11 @@ func (s *Store) state(ctx context.Context, agent string) (agentState, error) {
 	if err != nil {
 		return agentState{}, fmt.Errorf("read history: %w", err)
 	}
-	st := agentState{agent: agent, key: key, h: h}
+	depth, err := s.historyDepth(ctx)
+	if err != nil {
+		return agentState{}, err
+	}
+	st := agentState{agent: agent, key: key, h: h, depth: depth}
 	if len(h.entries) == 0 {
 		return st, nil
 	}

@@ -51,6 +51,7 @@ type Store struct {
 	compiled map[uint64]*Compiled // by revision: entries never change
 	counters jetstream.KeyValue   // jl_rollouts, opened on first use
 	audits   jetstream.Stream     // JL_AUDIT, opened on first use
+	depth    int64                // jl_agents' history per key, read on first use
 }
 
 // StoreOption configures a Store.

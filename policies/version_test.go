@@ -559,3 +559,34 @@ func TestAChangeWhoseRecordWasLostIsRecordedLater(t *testing.T) {
 		t.Fatalf("after the next change: %+v", evs)
 	}
 }
+
+// A rollout changed often (a ramp in small steps) must not push the
+// entries of its stable and canary versions out of jl_agents' history:
+// new sessions resolve through them. The change that would is refused,
+// and the rollout goes on serving.
+func TestRolloutChangesKeepItsVersionsInTheHistory(t *testing.T) {
+	st, _ := newStore(t)
+	ctx := context.Background()
+	apply(t, st, parse(t, "a.yaml", "one", "s", ""))
+	apply(t, st, parse(t, "a.yaml", "two", "s", "rollout: {percent: 1}\n"))
+	var refused error
+	for p := 2; p < 99 && refused == nil; p++ {
+		_, refused = st.SetRollout(ctx, "a", policies.RolloutChange{Version: 2, Percent: float64(p) / 1.5}, "ramp")
+	}
+	if !errors.Is(refused, policies.ErrConflict) || !strings.Contains(refused.Error(), "history") {
+		t.Fatalf("a ramp of 97 steps: %v, want a conflict naming the history", refused)
+	}
+	for i := range 50 {
+		if _, err := st.Resolve(ctx, "a", fmt.Sprint(i), policies.Pinned{}); err != nil {
+			t.Fatalf("new session %d after the ramp: %v", i, err)
+		}
+	}
+	// A file's percent change is held to the same bound.
+	if _, err := st.Apply(ctx, parse(t, "a.yaml", "two", "s", "rollout: {percent: 70}\n")); !errors.Is(err, policies.ErrInvalid) || !strings.Contains(err.Error(), "history") {
+		t.Fatalf("apply of another percent: %v", err)
+	}
+	// Promoting or rolling back still works.
+	if a, err := st.SetRollout(ctx, "a", policies.RolloutChange{Version: 2, Percent: 0}, "ops"); err != nil || a.Record.Rollout != nil {
+		t.Fatalf("roll back after the ramp: %+v %v", a, err)
+	}
+}
