@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/control"
+	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -513,5 +514,62 @@ func TestTickTimeoutDoesNotCountWaiting(t *testing.T) {
 	})
 	if got := led.lines(t); len(got) != 1 {
 		t.Fatalf("ledger %v", got)
+	}
+}
+
+// TestTickTimeoutDoesNotCountDowntime stops the worker while a tick's run
+// has its model call in flight and starts it again after longer than the
+// tick's timeout: the time nobody ran the session does not count, so the
+// call is made again, the run finishes and the tick's result is ok, not
+// timeout.
+func TestTickTimeoutDoesNotCountDowntime(t *testing.T) {
+	e := setup(t)
+	sched := policies.Schedule{Name: "drift", Cron: "@every 1h", Timeout: policies.Duration(2 * time.Second)}
+	def := monitorDef(sched, policies.ScriptEntry{Text: "Checked."})
+	p := newProbe(true)
+	cfg := worker.Config{ID: "w1", WorkDir: t.TempDir(), Definitions: defs{"mon": def}, Agents: []string{"mon"}, Models: p.factory,
+		ShutdownGrace: 100 * time.Millisecond, Log: logtest.ForTest(t)}
+	ctx, stop := context.WithCancel(context.Background())
+	w, err := worker.New(ctx, e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	ref := e.ref(t, "mon", "drift")
+	fireTick(t, e, resolve(t, "mon", sched), time.Now().Add(time.Hour))
+	select {
+	case <-p.calling:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no model call")
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("worker did not stop")
+	}
+	if st := state(t, e, ref); st.Status != record.StatusWorking || st.Tick == nil || st.Tick.Deadline.IsZero() {
+		t.Fatalf("stopped with status %s, tick %+v", st.Status, st.Tick)
+	}
+	// The downtime outlasting the timeout is what is tested: time has to
+	// pass while no worker runs.
+	time.Sleep(2500 * time.Millisecond)
+	e.start(t, worker.Config{ID: "w1", Definitions: defs{"mon": def}, Agents: []string{"mon"}, Models: p.factory})
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.Tick == nil || st.Tick.Result != schedule.ResultOK || st.Tick.TimedOut {
+			return fmt.Errorf("tick %+v, reason %q", st.Tick, st.Reason)
+		}
+		return nil
+	})
+	if n := len(p.requests()); n != 2 {
+		t.Errorf("%d model calls, want the interrupted one and the one made again", n)
+	}
+	if strings.Contains(tr.Reason, "tick timeout") {
+		t.Errorf("reason %q", tr.Reason)
 	}
 }

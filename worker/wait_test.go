@@ -151,6 +151,65 @@ func TestApprovalTimeoutRacesApprove(t *testing.T) {
 	t.Logf("%d approved, %d denied by the timeout; %v timeouts found their wait over", approved, denied, stale)
 }
 
+// TestApprovalTimeoutEscalatesOrCancels gates a call with timeout 1s:
+// on_timeout escalate records an escalation on JL_AUDIT naming the gate
+// and the call, and the session waits on, so a later approve still runs
+// the call once; on_timeout cancel ends the session with the call not run.
+func TestApprovalTimeoutEscalatesOrCancels(t *testing.T) {
+	e := setup(t)
+	led := &ledger{path: filepath.Join(t.TempDir(), "ledger")}
+	esc, can := timedGate(time.Second, policies.OnTimeoutEscalate), timedGate(time.Second, policies.OnTimeoutCancel)
+	esc.Name, can.Name = "esc", "can"
+	e.start(t, worker.Config{Definitions: defs{"esc": esc, "can": can}, Tools: worker.ToolMap{"ledger": led}, Agents: []string{"esc", "can"}})
+
+	ref := e.ref(t, "esc", "s1")
+	e.send(t, ref, "write it")
+	tr := e.waitStatus(t, ref, record.StatusBlocked)
+	call := tr.WaitingFor
+	audit, err := e.js.OrderedConsumer(context.Background(), e.names.StreamAudit(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{"jl.audit.escalation.esc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := audit.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		t.Fatalf("no escalation: %v", err)
+	}
+	var got worker.Escalation
+	if err := json.Unmarshal(msg.Data(), &got); err != nil || got.Session != "s1" || got.CallID != call || got.Approval != "ledger-writes" ||
+		got.Tool != "ledger" || !strings.Contains(got.Answer, "jetloop approve|deny esc/s1 "+call) {
+		t.Fatalf("escalation %s: %+v, %v", msg.Data(), got, err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.Escalated.IsZero() || st.Status != record.StatusBlocked {
+			return fmt.Errorf("status %s, escalated %s", st.Status, st.Escalated)
+		}
+		return nil
+	})
+	if got := led.lines(t); len(got) != 0 {
+		t.Fatalf("the escalated call ran before its approval: %v", got)
+	}
+	publish(t, e, ref, control.Message{Verb: control.Approve, CallID: call})
+	tr = e.waitStatus(t, ref, record.StatusDone)
+	if rs := results(tr, call); len(rs) != 1 || rs[0].IsError {
+		t.Fatalf("results of %s: %+v", call, rs)
+	}
+	if got := led.lines(t); len(got) != 1 {
+		t.Fatalf("the approved call ran %d times: %v", len(got), got)
+	}
+	checkCalls(t, tr)
+
+	ref = e.ref(t, "can", "s1")
+	e.send(t, ref, "write it")
+	tr = e.waitStatus(t, ref, record.StatusCancelled)
+	if !strings.Contains(tr.Reason, "no approval of") || !strings.Contains(tr.Reason, "gate ledger-writes") {
+		t.Errorf("reason %q", tr.Reason)
+	}
+	if got := led.lines(t); len(got) != 1 {
+		t.Fatalf("the cancelled call ran: %v", got)
+	}
+	checkCalls(t, tr)
+}
+
 // TestAskHumanTimeout bounds ask_human: escalate records an escalation on
 // JL_AUDIT and the session waits on (a resume still answers it); cancel
 // ends the session.
