@@ -297,8 +297,23 @@ triggers:
     session: event.subject
 `
 
-// leadAgent delegates to helperAgent, which answers at once.
+// leadAgent delegates to helperAgent, which answers at once; askerAgent
+// asks a person.
 const (
+	askerAgent = `name: asker
+description: Asks which colour.
+model:
+  provider: scripted
+  script:
+    - text: Let me ask.
+      tool_calls: [{name: ask_human, args: {question: Which colour should the button be?}}]
+    - text: Painting it.
+tools: [ask_human]
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`
 	leadAgent = `name: lead
 description: Asks the helper.
 model:
@@ -327,7 +342,8 @@ model:
 // list shows a blocked session, live; its page shows the call waiting
 // for approval with its arguments; Approve runs it to done; a steer
 // typed into the page reaches the transcript before the next model
-// call; Deny with a reason, Cancel, Interrupt and Resume, and Fork at a
+// call; an ask_human question is answered from the page; Deny with a
+// reason, Cancel, Interrupt and Resume, and Fork at a
 // turn act on the session as the CLI's verbs do; a result kept in
 // jl_blobs is read page by page on demand; a schedule is suspended and
 // resumed (its next fire shown); an agent's second version is listed with
@@ -357,7 +373,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	putAgent(t, url, slow.Definition)
-	for _, def := range []string{leadAgent, helperAgent} {
+	for _, def := range []string{leadAgent, helperAgent, askerAgent} {
 		c, err := policies.Parse("agent.yaml", []byte(def))
 		if err != nil {
 			t.Fatal(err)
@@ -541,6 +557,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		out, err := jetloopCmd(t, bin, "dlq", "show", "--server", url, seq)
 		if err != nil || !strings.Contains(out, "session is cancelled") {
 			t.Fatalf("jetloop dlq show %s: %v\n%s", seq, err, out)
+		}
+		b.checkPage()
+	})
+
+	t.Run("question", func(t *testing.T) {
+		b.use(t)
+		sendTo("asker", "q1", "paint the button")
+		waitShow("asker/q1", "blocked")
+		b.do("open the asking session", chromedp.Navigate(ready["http"]+"/ui/#/s/asker/q1"))
+		b.await("the question with an answer box", `(() => { const s = document.querySelector("section.approval"); return !!s && s.querySelector("h2").textContent === "Question" && s.textContent.includes("Which colour should the button be?") && !!s.querySelector("#answer"); })()`, 30*time.Second)
+		const answer = "Green, please."
+		b.do("type the answer", chromedp.SendKeys(chromedp.ID("answer"), answer))
+		b.do("answer and resume", chromedp.Click(chromedp.CSS(`section.approval button.primary`)))
+		b.await("the session runs to done", badgeIs("done"), time.Minute)
+		s := waitShow("asker/q1", "done")
+		res := toolResults(s.Transcript, "ask_human")
+		if len(res) != 1 || res[0]["result"] != answer || res[0]["is_error"] == true {
+			t.Fatalf("ask_human results %v, want the answer typed into the page", res)
 		}
 		b.checkPage()
 	})
