@@ -20,7 +20,10 @@ const GuardBy = "guard"
 // versions, counted by every worker in jl_rollouts since the first run
 // after the rollout started.
 type RolloutCounts struct {
-	Rollout string    `json:"rollout"`
+	Rollout string `json:"rollout"`
+	// Started is when the rollout started: counts of an earlier rollout
+	// are replaced, those of a later one are never.
+	Started time.Time `json:"rollout_started,omitzero"`
 	Since   time.Time `json:"since"`
 	Canary  RunCounts `json:"canary"`
 	Stable  RunCounts `json:"stable"`
@@ -81,6 +84,9 @@ func (s *Store) RecordRun(ctx context.Context, agent string, version uint64, fai
 		return RunRecorded{}, nil
 	}
 	counts, err := s.count(ctx, agent, *r, version == r.Canary, failed)
+	if errors.Is(err, errLaterRollout) {
+		return RunRecorded{}, nil
+	}
 	if err != nil {
 		return RunRecorded{}, fmt.Errorf("policies: record run of %q: %w", agent, err)
 	}
@@ -111,8 +117,14 @@ func (s *Store) RecordRun(ctx context.Context, agent string, version uint64, fai
 	return out, nil
 }
 
+// errLaterRollout: the counts belong to a rollout that started after the
+// one a run was counted for, which has ended since it was read.
+var errLaterRollout = errors.New("the counts belong to a later rollout")
+
 // count adds one run to the rollout's counts, starting them afresh when
-// they belong to an earlier rollout.
+// they belong to an earlier rollout; when they belong to a later one
+// (r ended after the caller read it) it counts nothing and returns
+// errLaterRollout.
 func (s *Store) count(ctx context.Context, agent string, r Rollout, canary, failed bool) (RolloutCounts, error) {
 	kv, err := s.countersKV(ctx)
 	if err != nil {
@@ -137,7 +149,10 @@ func (s *Store) count(ctx context.Context, agent string, r Rollout, canary, fail
 			}
 		}
 		if c.Rollout != r.ID {
-			c = RolloutCounts{Rollout: r.ID, Since: s.now().UTC(), Canary: RunCounts{Version: r.Canary}, Stable: RunCounts{Version: r.Stable}}
+			if c.Rollout != "" && c.Started.After(r.Started) {
+				return RolloutCounts{}, errLaterRollout
+			}
+			c = RolloutCounts{Rollout: r.ID, Started: r.Started, Since: s.now().UTC(), Canary: RunCounts{Version: r.Canary}, Stable: RunCounts{Version: r.Stable}}
 		}
 		side := &c.Stable
 		if canary {
