@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -477,9 +478,16 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 			}
 			h.Set(name, v)
 		}
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("url %q: %w", s.URL, err)
+		}
 		return &sdk.StreamableClientTransport{
-			Endpoint:     s.URL,
-			HTTPClient:   &http.Client{Transport: headers{base: p.opts.HTTPTransport, h: h}},
+			Endpoint: s.URL,
+			HTTPClient: &http.Client{
+				Transport:     headers{base: p.opts.HTTPTransport, h: h, origin: origin(u)},
+				CheckRedirect: sameOrigin(u),
+			},
 			MaxEventSize: p.opts.MaxMessage,
 		}, nil, nil
 	}
@@ -508,20 +516,40 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 	return &sdk.IOTransport{Reader: io.NopCloser(stdout), Writer: stdinCloser{stdin, proc}, MaxLineLength: p.opts.MaxMessage}, proc, nil
 }
 
-// headers adds a server's configured headers to every request.
+// headers adds a server's configured headers to every request to the
+// server's origin, and to no other: they hold secrets of the process.
 type headers struct {
-	base http.RoundTripper
-	h    http.Header
+	base   http.RoundTripper
+	h      http.Header
+	origin string
 }
 
 func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.h) > 0 {
+	if len(t.h) > 0 && origin(r.URL) == t.origin {
 		r = r.Clone(r.Context())
 		for k, v := range t.h {
 			r.Header[k] = v
 		}
 	}
 	return t.base.RoundTrip(r)
+}
+
+// origin is a URL's scheme and host, as a redirect is compared.
+func origin(u *url.URL) string { return strings.ToLower(u.Scheme + "://" + u.Host) }
+
+// sameOrigin refuses a redirect away from the declared server's origin:
+// the tools of another server were never admitted.
+func sameOrigin(declared *url.URL) func(*http.Request, []*http.Request) error {
+	want := origin(declared)
+	return func(r *http.Request, via []*http.Request) error {
+		if got := origin(r.URL); got != want {
+			return fmt.Errorf("redirected to %s, away from the declared %s: not followed", got, want)
+		}
+		if len(via) >= 5 {
+			return fmt.Errorf("stopped after %d redirects", len(via))
+		}
+		return nil
+	}
 }
 
 func lastLines(s string, n int) string {

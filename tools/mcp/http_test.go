@@ -1,0 +1,58 @@
+package mcp_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/tools/mcp"
+	"github.com/jetloop/jetloop/tools/mcp/mcptest"
+)
+
+// TestHeadersAreNotSentWhereTheServerRedirects: a declared server that
+// redirects to another origin must not hand that origin the headers
+// headers_env sends (a token of the worker's), at apply or at a call.
+func TestHeadersAreNotSentWhereTheServerRedirects(t *testing.T) {
+	leaked := make(chan string, 64)
+	other := mcptest.ServeHTTP(t, func() *sdk.Server { return mcptest.NewServer(mcptest.Options{Name: "srv"}) },
+		func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if v := r.Header.Get("Authorization"); v != "" {
+					select {
+					case leaked <- v:
+					default:
+					}
+				}
+				next.ServeHTTP(w, r)
+			})
+		})
+	declared := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(declared.Close)
+	env := map[string]string{"SRV_TOKEN": "Bearer s3cret"}
+	p := newPool(t, mcp.Options{Getenv: func(k string) string { return env[k] }, MaxAttempts: 1})
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"}, MCPServers: []policies.MCPServer{
+		{Name: "srv", URL: declared.URL + "/mcp", HeadersEnv: map[string]string{"Authorization": "SRV_TOKEN"}, Tools: []string{"echo"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Admit(ctx, c, "a.yaml")
+	if err == nil || !strings.Contains(err.Error(), "redirected to") {
+		t.Errorf("admission through a redirect to another origin = %v, want it refused", err)
+	}
+	select {
+	case v := <-leaked:
+		t.Fatalf("a server the definition does not name got the Authorization header %q", v)
+	default:
+	}
+}
