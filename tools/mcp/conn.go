@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -485,7 +486,7 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 		return &sdk.StreamableClientTransport{
 			Endpoint: s.URL,
 			HTTPClient: &http.Client{
-				Transport:     headers{base: p.opts.HTTPTransport, h: h, origin: origin(u)},
+				Transport:     headers{base: p.opts.HTTPTransport, h: h, origin: origin(u), max: p.opts.MaxMessage},
 				CheckRedirect: sameOrigin(u),
 			},
 			MaxEventSize: p.opts.MaxMessage,
@@ -517,11 +518,15 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 }
 
 // headers adds a server's configured headers to every request to the
-// server's origin, and to no other: they hold secrets of the process.
+// server's origin, and to no other: they hold secrets of the process. It
+// also bounds a response that is one message (application/json, an
+// error's body) to max bytes; an event stream's events are bounded by the
+// SDK's MaxEventSize.
 type headers struct {
 	base   http.RoundTripper
 	h      http.Header
 	origin string
+	max    int
 }
 
 func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -531,7 +536,40 @@ func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header[k] = v
 		}
 	}
-	return t.base.RoundTrip(r)
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || t.max <= 0 || resp.Body == nil {
+		return resp, err
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		resp.Body = &boundedBody{ReadCloser: resp.Body, left: int64(t.max)}
+	}
+	return resp, nil
+}
+
+// errTooLarge is a server's message over Options.MaxMessage.
+var errTooLarge = errors.New("mcp: the server's message is larger than the bound (Options.MaxMessage)")
+
+// boundedBody fails a read past its bound.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the bound from a longer one.
+		var one [1]byte
+		if n, _ := b.ReadCloser.Read(one[:]); n > 0 {
+			return 0, errTooLarge
+		}
+		return b.ReadCloser.Read(p)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // origin is a URL's scheme and host, as a redirect is compared.

@@ -56,3 +56,24 @@ func TestHeadersAreNotSentWhereTheServerRedirects(t *testing.T) {
 	default:
 	}
 }
+
+// TestMaxMessageBoundsJSONResponses: a server answering application/json
+// (not an event stream) is held to MaxMessage too, so a huge answer
+// cannot make the worker read it all into memory.
+func TestMaxMessageBoundsJSONResponses(t *testing.T) {
+	srv := mcptest.NewServer(mcptest.Options{Name: "srv"})
+	h := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{JSONResponse: true}))
+	t.Cleanup(h.Close)
+	p := newPool(t, mcp.Options{MaxMessage: 64 << 10, MaxAttempts: 1})
+	ts := toolMap(t, p, admit(t, p, policies.MCPServer{Name: "srv", URL: h.URL, Tools: []string{"echo"}}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"small"}`); err != nil || res.IsError || res.Content != "small" {
+		t.Fatalf("a small answer = %+v, %v", res, err)
+	}
+	big := strings.Repeat("x", 256<<10)
+	res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"`+big+`"}`)
+	if err != nil || !res.IsError || !strings.Contains(res.Content, "larger than the bound") {
+		t.Fatalf("an answer over a MaxMessage of %d bytes = %d bytes of content (%v), %v; want an error result saying it is too large", 64<<10, len(res.Content), res.IsError, err)
+	}
+}
