@@ -92,6 +92,7 @@ func (c *conn) session(ctx context.Context) (*sdk.ClientSession, error) {
 	}
 	if c.cs != nil {
 		if why := c.gone(ctx); why == "" {
+			c.relist(ctx)
 			return c.cs, nil
 		} else if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -304,6 +305,29 @@ func (c *conn) refresh() {
 	c.setLive(live, "list_changed", gen)
 }
 
+// relist asks the server for its tools again when the last tools/list
+// (after tools/list_changed) failed, so a passing failure withholds the
+// server's tools only until the next call (under sem).
+func (c *conn) relist(ctx context.Context) {
+	c.liveMu.Lock()
+	failed := c.listErr != nil
+	c.liveMu.Unlock()
+	if !failed {
+		return
+	}
+	live, err := listTools(ctx, c.cs)
+	if err != nil {
+		c.liveMu.Lock()
+		if c.liveGen == c.generation {
+			c.listErr = err
+		}
+		c.liveMu.Unlock()
+		c.log.Warn("tools/list failed again; the server's tools stay withheld", "err", err)
+		return
+	}
+	c.setLive(live, "list_changed", c.generation)
+}
+
 // setLive takes a new tools/list and records how each admitted tool
 // differs from the catalog recorded at apply.
 //
@@ -350,21 +374,24 @@ func (c *conn) setLive(live map[string]liveTool, when string, gen int) {
 	}
 }
 
-// withheld says why a tool may not be called on this connection, or "".
-func (c *conn) withheld(e policies.MCPTool) string {
+// withheld says why a tool may not be called on this connection, or "":
+// changed, its change is recorded and it stays withheld until the agent is
+// applied again; otherwise the server's list could not be read, and is
+// asked for again at the next call.
+func (c *conn) withheld(e policies.MCPTool) (why string, changed bool) {
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
 	if c.listErr != nil {
-		return fmt.Sprintf("the server's tool list could not be read after it changed (%v)", c.listErr)
+		return fmt.Sprintf("the server's tool list could not be read after it changed (%v)", c.listErr), false
 	}
 	kind, _ := compare(e, c.live)
 	switch kind {
 	case "":
-		return ""
+		return "", false
 	case ChangeRemoved:
-		return "the server no longer offers it"
+		return "the server no longer offers it", true
 	default:
-		return fmt.Sprintf("its %s on the server differs from the one recorded when the agent was applied", kind)
+		return fmt.Sprintf("its %s on the server differs from the one recorded when the agent was applied", kind), true
 	}
 }
 

@@ -1,16 +1,19 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -714,5 +717,66 @@ func TestStdioServerGetsItsEnvAndNotTheWorkers(t *testing.T) {
 	res, err := call(t, context.Background(), ts["srv.echo"], "s2", `{"text":"x"}`)
 	if err != nil || !res.IsError || !strings.Contains(res.Content, "TOKEN_VAR is not set") {
 		t.Fatalf("call without the variable = %+v, %v", res, err)
+	}
+}
+
+// TestToolListFailureAfterListChangedIsAskedAgain: a tools/list that
+// fails after tools/list_changed withholds the server's tools, and the
+// next call asks again, so a passing failure does not withhold them for
+// the rest of the session.
+func TestToolListFailureAfterListChangedIsAskedAgain(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	var live *sdk.Server
+	var failList atomic.Bool
+	failed := make(chan struct{}, 16)
+	h := mcptest.ServeHTTP(t, func() *sdk.Server {
+		live = mcptest.NewServer(mcptest.Options{Name: "srv", Record: rec.Record})
+		return live
+	}, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && failList.Load() {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				if bytes.Contains(body, []byte(`"tools/list"`)) {
+					select {
+					case failed <- struct{}{}:
+					default:
+					}
+					http.Error(w, "busy", http.StatusInternalServerError)
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	p := newPool(t, mcp.Options{})
+	ts := toolMap(t, p, admit(t, p, policies.MCPServer{Name: "srv", URL: h.URL, Tools: []string{"echo"}}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"one"}`); err != nil || res.Content != "one" {
+		t.Fatalf("first call = %+v, %v", res, err)
+	}
+	failList.Store(true)
+	// Another tool appears: tools/list_changed, and the list that follows fails.
+	live.AddTool(&sdk.Tool{Name: "other", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list after tools/list_changed")
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"x"}`)
+		if err != nil || !res.IsError || !strings.Contains(res.Content, "withheld") {
+			return fmt.Errorf("call while the list fails = %+v, %v", res, err)
+		}
+		return nil
+	})
+	failList.Store(false)
+	res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"two"}`)
+	if err != nil || res.IsError || res.Content != "two" {
+		t.Fatalf("call once the server lists its tools again = %+v, %v", res, err)
 	}
 }

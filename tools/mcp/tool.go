@@ -103,8 +103,11 @@ func (t *tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) 
 			t.p.metrics.calls.WithLabelValues(t.srv.Name, "unreachable").Inc()
 			return tools.Result{IsError: true, Content: fmt.Sprintf("MCP server %s could not be reached, so %s did not run: %v", t.srv.Name, name, err)}, nil
 		}
-		if why := c.withheld(t.entry); why != "" {
+		if why, changed := c.withheld(t.entry); why != "" {
 			t.p.metrics.calls.WithLabelValues(t.srv.Name, "withheld").Inc()
+			if !changed {
+				return tools.Result{IsError: true, Content: fmt.Sprintf("%s is withheld and did not run: %s. The list is asked for again at the next call.", name, why)}, nil
+			}
 			return tools.Result{IsError: true, Content: fmt.Sprintf("%s is withheld and did not run: %s. The change is recorded; the tool is available again once the agent is applied again and the new catalog recorded.", name, why)}, nil
 		}
 		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: t.entry.Name, Arguments: args})
