@@ -113,7 +113,7 @@ func (p *Pool) catalog(ctx context.Context, s policies.MCPServer) (map[string]li
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	cs, _, err := connect(ctx, p, s, dir, "", "", nil)
+	cs, _, err := connect(ctx, p, s, dir, "", "", nil, nil)
 	if err != nil {
 		return nil, err
 	}

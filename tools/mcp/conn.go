@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -37,6 +39,7 @@ type conn struct {
 	sem chan struct{}
 	// Under sem:
 	cs     *sdk.ClientSession
+	watch  *cancelWatch  // of cs
 	proc   *process      // of a stdio server
 	ended  chan struct{} // closed when cs ended
 	fails  int           // connects failed in a row
@@ -79,23 +82,24 @@ func (c *conn) unlock() { <-c.sem }
 // errClosed is a call on a connection its session closed.
 var errClosed = errors.New("mcp: connection closed with its session")
 
-// session returns the live SDK session, connecting when there is none or
-// the last one ended. It tries up to MaxAttempts connects, each after a
-// jittered backoff, and stops at once when ctx ends.
-func (c *conn) session(ctx context.Context) (*sdk.ClientSession, error) {
+// session returns the live SDK session, and the watch of its
+// cancellations, connecting when there is none or the last one ended. It
+// tries up to MaxAttempts connects, each after a jittered backoff, and
+// stops at once when ctx ends.
+func (c *conn) session(ctx context.Context) (*sdk.ClientSession, *cancelWatch, error) {
 	if err := c.lock(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer c.unlock()
 	if c.closed {
-		return nil, errClosed
+		return nil, nil, errClosed
 	}
 	if c.cs != nil {
 		if why := c.gone(ctx); why == "" {
 			c.relist(ctx)
-			return c.cs, nil
+			return c.cs, c.watch, nil
 		} else if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		} else {
 			c.log.Info("MCP server connection is gone; reconnecting", "generation", c.generation, "why", why)
 			c.p.metrics.reconnects.WithLabelValues(c.srv.Name).Inc()
@@ -106,12 +110,12 @@ func (c *conn) session(ctx context.Context) (*sdk.ClientSession, error) {
 	for attempt := 0; attempt < c.p.opts.MaxAttempts; attempt++ {
 		if c.fails > 0 {
 			if err := sleep(ctx, c.backoff()); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if g := c.p.gate(address(c.srv)); g != nil {
 			if err := g.Wait(ctx); err != nil {
-				return nil, ctxErr(ctx, err)
+				return nil, nil, ctxErr(ctx, err)
 			}
 		}
 		start := time.Now()
@@ -119,18 +123,18 @@ func (c *conn) session(ctx context.Context) (*sdk.ClientSession, error) {
 		c.p.metrics.connectSeconds.WithLabelValues(c.srv.Name).Observe(time.Since(start).Seconds())
 		if err == nil {
 			c.fails = 0
-			return c.cs, nil
+			return c.cs, c.watch, nil
 		}
 		if ctx.Err() != nil {
 			c.p.metrics.connects.WithLabelValues(c.srv.Name, "cancelled").Inc()
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 		c.fails++
 		last = err
 		c.p.metrics.connects.WithLabelValues(c.srv.Name, "failed").Inc()
 		c.log.Warn("connect to MCP server failed", "attempt", attempt+1, "failures", c.fails, "err", err)
 	}
-	return nil, fmt.Errorf("%w after %d attempts: %w", errUnreachable, c.p.opts.MaxAttempts, last)
+	return nil, nil, fmt.Errorf("%w after %d attempts: %w", errUnreachable, c.p.opts.MaxAttempts, last)
 }
 
 var errUnreachable = errors.New("MCP server unreachable")
@@ -177,9 +181,10 @@ func ctxErr(ctx context.Context, err error) error {
 // dial makes one connection: transport, initialize, tools/list, and the
 // comparison of the list with the recorded catalog.
 func (c *conn) dial(ctx context.Context) error {
+	watch := newCancelWatch()
 	cs, proc, err := connect(ctx, c.p, c.srv, c.workDir, c.key.agent, c.key.session, &sdk.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { go c.refresh() },
-	})
+	}, watch)
 	if err != nil {
 		return err
 	}
@@ -189,7 +194,7 @@ func (c *conn) dial(ctx context.Context) error {
 		return fmt.Errorf("tools/list: %w", err)
 	}
 	c.generation++
-	c.cs, c.proc = cs, proc
+	c.cs, c.proc, c.watch = cs, proc, watch
 	c.ended = make(chan struct{})
 	ended := c.ended
 	go func() {
@@ -256,7 +261,7 @@ func (c *conn) drop() {
 		return
 	}
 	_ = c.cs.Close()
-	c.cs, c.proc = nil, nil
+	c.cs, c.proc, c.watch = nil, nil, nil
 	c.p.metrics.open.Dec()
 }
 
@@ -272,12 +277,83 @@ func (c *conn) broken(cs *sdk.ClientSession) {
 	}
 }
 
-// close ends the connection for good; a stdio server is stopped.
+// close ends the connection for good; a stdio server is stopped. The
+// notifications/cancelled of calls just cancelled are written first: the
+// session a cancel ends rests, and closes its connections, right away.
 func (c *conn) close() {
 	_ = c.lock(context.Background())
 	defer c.unlock()
 	c.closed = true
+	if c.cs != nil {
+		c.watch.wait(cancelNotifyWait, c.ended)
+	}
 	c.drop()
+}
+
+// cancelNotifyWait bounds how long closing a connection waits for the
+// notifications/cancelled its cancelled calls owe (the SDK sends them
+// after the call returned).
+const cancelNotifyWait = 2 * time.Second
+
+// cancelWatch counts the notifications/cancelled one connection owes its
+// server (a call of it was cancelled) and those its transport has tried to
+// write.
+type cancelWatch struct {
+	owed, tried atomic.Int64
+	wrote       chan struct{} // a send after each try
+}
+
+func newCancelWatch() *cancelWatch { return &cancelWatch{wrote: make(chan struct{}, 1)} }
+
+// owe counts a call cancelled on the connection.
+func (w *cancelWatch) owe() {
+	if w != nil {
+		w.owed.Add(1)
+	}
+}
+
+// triedOne counts a notifications/cancelled the transport wrote, or
+// failed to.
+func (w *cancelWatch) triedOne() {
+	if w == nil {
+		return
+	}
+	w.tried.Add(1)
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns once every owed notification was tried, the connection
+// ended, or after max.
+func (w *cancelWatch) wait(max time.Duration, ended <-chan struct{}) {
+	if w == nil || w.tried.Load() >= w.owed.Load() {
+		return
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for w.tried.Load() < w.owed.Load() {
+		select {
+		case <-w.wrote:
+		case <-ended:
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// isCancelNotification reports whether one JSON-RPC message, as a
+// transport writes it, is notifications/cancelled.
+func isCancelNotification(msg []byte) bool {
+	if len(msg) > 4<<10 || !bytes.Contains(msg, []byte("notifications/cancelled")) {
+		return false
+	}
+	var m struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(msg, &m) == nil && m.Method == "notifications/cancelled"
 }
 
 // refresh lists the tools again after tools/list_changed.
@@ -466,7 +542,7 @@ func canonical(v any) (string, error) {
 
 // connect opens an SDK session to a server, outside any pool's
 // bookkeeping (apply's admission uses it too).
-func connect(ctx context.Context, p *Pool, s policies.MCPServer, workDir, agent, session string, copts *sdk.ClientOptions) (*sdk.ClientSession, *process, error) {
+func connect(ctx context.Context, p *Pool, s policies.MCPServer, workDir, agent, session string, copts *sdk.ClientOptions, watch *cancelWatch) (*sdk.ClientSession, *process, error) {
 	if copts == nil {
 		copts = &sdk.ClientOptions{}
 	}
@@ -474,7 +550,7 @@ func connect(ctx context.Context, p *Pool, s policies.MCPServer, workDir, agent,
 	// No roots, sampling or elicitation: the server gets tool calls only.
 	copts.Capabilities = &sdk.ClientCapabilities{}
 	client := sdk.NewClient(&sdk.Implementation{Name: "jetloop", Version: version}, copts)
-	t, proc, err := transport(p, s, workDir, agent, session)
+	t, proc, err := transport(p, s, workDir, agent, session, watch)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -496,7 +572,7 @@ const version = "1"
 
 // transport makes the SDK transport of a server; for a stdio server it
 // starts the process.
-func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (sdk.Transport, *process, error) {
+func transport(p *Pool, s policies.MCPServer, workDir, agent, session string, watch *cancelWatch) (sdk.Transport, *process, error) {
 	if s.URL != "" {
 		h := http.Header{}
 		for name, env := range s.HeadersEnv {
@@ -513,7 +589,7 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 		return &sdk.StreamableClientTransport{
 			Endpoint: s.URL,
 			HTTPClient: &http.Client{
-				Transport:     headers{base: p.opts.HTTPTransport, h: h, origin: origin(u), max: p.opts.MaxMessage},
+				Transport:     headers{base: p.opts.HTTPTransport, h: h, origin: origin(u), max: p.opts.MaxMessage, watch: watch},
 				CheckRedirect: sameOrigin(u),
 			},
 			MaxEventSize: p.opts.MaxMessage,
@@ -541,7 +617,7 @@ func transport(p *Pool, s policies.MCPServer, workDir, agent, session string) (s
 	if err != nil {
 		return nil, nil, err
 	}
-	return &sdk.IOTransport{Reader: io.NopCloser(stdout), Writer: stdinCloser{stdin, proc}, MaxLineLength: p.opts.MaxMessage}, proc, nil
+	return &sdk.IOTransport{Reader: io.NopCloser(stdout), Writer: stdinCloser{stdin, proc, watch}, MaxLineLength: p.opts.MaxMessage}, proc, nil
 }
 
 // headers adds a server's configured headers to every request to the
@@ -554,6 +630,7 @@ type headers struct {
 	h      http.Header
 	origin string
 	max    int
+	watch  *cancelWatch
 }
 
 func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -563,7 +640,17 @@ func (t headers) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header[k] = v
 		}
 	}
+	cancel := false
+	if t.watch != nil && r.Method == http.MethodPost && r.GetBody != nil && r.ContentLength > 0 && r.ContentLength <= 4<<10 {
+		if b, err := r.GetBody(); err == nil {
+			msg, _ := io.ReadAll(b)
+			cancel = isCancelNotification(msg)
+		}
+	}
 	resp, err := t.base.RoundTrip(r)
+	if cancel {
+		t.watch.triedOne()
+	}
 	if err != nil || t.max <= 0 || resp.Body == nil {
 		return resp, err
 	}

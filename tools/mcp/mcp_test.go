@@ -780,3 +780,46 @@ func TestToolListFailureAfterListChangedIsAskedAgain(t *testing.T) {
 		t.Fatalf("call once the server lists its tools again = %+v, %v", res, err)
 	}
 }
+
+// TestCancelReachesTheServerWhenTheSessionRestsAtOnce: the session a cancel
+// ends rests, and closes its connections, right after the call returns;
+// notifications/cancelled must still reach the server and end its call.
+func TestCancelReachesTheServerWhenTheSessionRestsAtOnce(t *testing.T) {
+	for _, k := range kinds[:2] {
+		t.Run(k.name, func(t *testing.T) {
+			for i := range 10 {
+				srv := k.run(t, "srv", "")
+				p := newPool(t, mcp.Options{})
+				ts := toolMap(t, p, admit(t, p, srv.decl))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				session := sessionName(i)
+				go func() {
+					_, err := call(t, ctx, ts["srv.slow"], session, `{}`)
+					done <- err
+				}()
+				natstest.WaitFor(t, 10*time.Second, func() error {
+					if srv.count("call", "slow") == 0 {
+						return errors.New("slow not called yet")
+					}
+					return nil
+				})
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the call did not return after its cancel")
+				}
+				p.CloseSession("a", session)
+				// The server ends the call when notifications/cancelled
+				// arrives (the session's end alone does not end it).
+				natstest.WaitFor(t, 10*time.Second, func() error {
+					if srv.count("cancelled", "slow") == 0 {
+						return fmt.Errorf("round %d: the server's call was not cancelled: %+v", i, srv.events())
+					}
+					return nil
+				})
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -93,7 +94,18 @@ func (p *process) kill() {
 // closing it ends the server (see process.stop).
 type stdinCloser struct {
 	io.WriteCloser
-	p *process
+	p     *process
+	watch *cancelWatch
+}
+
+// Write writes one message (the SDK writes each in one Write), counting a
+// notifications/cancelled.
+func (s stdinCloser) Write(b []byte) (int, error) {
+	n, err := s.WriteCloser.Write(b)
+	if s.watch != nil && isCancelNotification(bytes.TrimSpace(b)) {
+		s.watch.triedOne()
+	}
+	return n, err
 }
 
 func (s stdinCloser) Close() error {

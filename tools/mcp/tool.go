@@ -92,7 +92,7 @@ func (t *tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) 
 		args = json.RawMessage(`{}`)
 	}
 	for attempt := 0; ; attempt++ {
-		cs, err := c.session(ctx)
+		cs, watch, err := c.session(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return tools.Result{}, ctx.Err()
@@ -116,6 +116,9 @@ func (t *tool) Call(ctx context.Context, call tools.Call) (tools.Result, error) 
 			return tools.Result{Content: resultText(res), IsError: res.IsError}, nil
 		}
 		if ctx.Err() != nil {
+			// The SDK sends notifications/cancelled after this returns;
+			// a close of the connection waits for it.
+			watch.owe()
 			t.p.metrics.calls.WithLabelValues(t.srv.Name, "cancelled").Inc()
 			return tools.Result{}, ctx.Err()
 		}
