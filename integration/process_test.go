@@ -147,3 +147,60 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// checkLogKeys fails t for every line of a process's text log (stderr)
+// that carries a key twice: each layer adds only its own attributes.
+func checkLogKeys(t *testing.T, name, stderr string) {
+	t.Helper()
+	bad := 0
+	for _, line := range strings.Split(stderr, "\n") {
+		if !strings.HasPrefix(line, "time=") {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, k := range logKeys(line) {
+			if seen[k] && bad < 10 {
+				bad++
+				t.Errorf("%s logged a line that repeats %s: %s", name, k, line)
+			}
+			seen[k] = true
+		}
+	}
+}
+
+// logKeys are the keys of one slog text line, in order.
+func logKeys(line string) []string {
+	var keys []string
+	for i := 0; i < len(line); {
+		for i < len(line) && line[i] == ' ' {
+			i++
+		}
+		eq := strings.IndexByte(line[i:], '=')
+		if eq < 0 {
+			break
+		}
+		keys = append(keys, line[i:i+eq])
+		i += eq + 1
+		if i < len(line) && line[i] == '"' {
+			// A quoted value, with Go escapes.
+			for i++; i < len(line) && line[i] != '"'; i++ {
+				if line[i] == '\\' {
+					i++
+				}
+			}
+			i++
+			continue
+		}
+		for i < len(line) && line[i] != ' ' {
+			i++
+		}
+	}
+	return keys
+}
+
+func TestLogKeys(t *testing.T) {
+	line := `time=2026-12-01T13:00:00.000Z level=INFO msg="a \"quoted\" = message" agent=demo err="x=1 y=2" turn=1 turn=2`
+	if got := strings.Join(logKeys(line), " "); got != "time level msg agent err turn turn" {
+		t.Fatalf("keys %q", got)
+	}
+}

@@ -27,6 +27,8 @@ func TestDevRestartTakesBackItsSessions(t *testing.T) {
 	bin := buildJetloop(t)
 	data := t.TempDir()
 	t.Setenv("JETLOOP_WORK_DIR", t.TempDir())
+	// Every line, debug ones too, is checked for repeated keys.
+	t.Setenv("JETLOOP_LOG_LEVEL", "debug")
 	p := startProc(t, bin, devArgs(data)...)
 	url := p.waitReady(time.Minute)["nats"]
 	putAgent(t, url, policies.Definition{Name: "thinker", Model: policies.Model{Provider: "scripted",
@@ -51,6 +53,7 @@ func TestDevRestartTakesBackItsSessions(t *testing.T) {
 	})
 	_ = p.cmd.Process.Kill()
 	_ = p.wait(time.Minute)
+	checkLogKeys(t, "the killed jetloop dev", p.Stderr())
 
 	restarted := time.Now()
 	p = startProc(t, bin, devArgs(data)...)
@@ -76,6 +79,7 @@ func TestDevRestartTakesBackItsSessions(t *testing.T) {
 	if !strings.Contains(p.Stderr(), "taking back a session from this worker's dead incarnation") {
 		t.Fatalf("the restarted worker did not take the session back; it waited for the lease\nstderr:\n%s", p.Stderr())
 	}
+	checkLogKeys(t, "the restarted jetloop dev", p.Stderr())
 	tr, err := state(url)
 	if err != nil {
 		t.Fatal(err)
