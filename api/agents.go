@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -76,6 +77,10 @@ type DefinitionResponse struct {
 	// Serving says what the version serves: "every new session",
 	// "canary at 10%", "stable beside canary v5", or "" for none.
 	Serving string `json:"serving,omitempty"`
+	// DefinitionOmitted is set when the record and the YAML would not
+	// both fit a response: the record's definition then holds only the
+	// name, version and revision, and YAML the content.
+	DefinitionOmitted bool `json:"definition_omitted,omitempty"`
 }
 
 // DiffRequest compares two versions of an agent.
@@ -203,7 +208,18 @@ func (s *Service) definition(ctx context.Context, req DefinitionRequest) (Defini
 	if err != nil {
 		return DefinitionResponse{}, err
 	}
-	return DefinitionResponse{Record: rec, YAML: string(y), Serving: serving(head, rec.Version)}, nil
+	out := DefinitionResponse{Record: rec, YAML: string(y), Serving: serving(head, rec.Version)}
+	if b, err := json.Marshal(out); err == nil && len(b) <= s.cfg.MaxResponse-1024 {
+		return out, nil
+	}
+	// The content once, as YAML.
+	d := rec.Definition
+	out.Record.Definition = policies.Definition{Name: d.Name, Version: d.Version, Revision: d.Revision}
+	out.DefinitionOmitted = true
+	if b, err := json.Marshal(out); err != nil || len(b) > s.cfg.MaxResponse-1024 {
+		return DefinitionResponse{}, errorf(http.StatusInternalServerError, "definition %s version %d: %d bytes of YAML do not fit a response of %d bytes", req.Agent, rec.Version, len(y), s.cfg.MaxResponse)
+	}
+	return out, nil
 }
 
 // serving says what version v serves, by the newest entry head.

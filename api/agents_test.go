@@ -143,3 +143,29 @@ func TestEventsListAChangeWhoseWriterStopped(t *testing.T) {
 		t.Fatalf("events of every agent: %+v %v", ev.Changes, err)
 	}
 }
+
+// A version that was accepted can be shown, however large: its content
+// comes once, as YAML, when the record and the YAML would not both fit.
+func TestDefinitionOfALargeVersion(t *testing.T) {
+	h := start(t, api.Config{})
+	c := ctx(t)
+	system := strings.Repeat("review carefully. ", (520<<10)/18)
+	if _, err := h.client.Apply(c, api.ApplyRequest{Files: []api.File{agentFile("one", "system: "+system+"\n")}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := h.client.Definition(c, api.DefinitionRequest{Agent: "a"})
+	if err != nil || !d.DefinitionOmitted || d.Record.Version != 1 || d.Record.Hash == "" || !strings.Contains(d.YAML, "review carefully.") {
+		t.Fatalf("definition of a large version: omitted %v, version %d, %d bytes of YAML, %v", d.DefinitionOmitted, d.Record.Version, len(d.YAML), err)
+	}
+	back, err := policies.Parse("a.yaml", []byte(d.YAML))
+	if err != nil || policies.ContentHash(back.Definition) != d.Record.Hash {
+		t.Fatalf("the YAML reads back to another content: %v", err)
+	}
+	// A small one comes whole.
+	if _, err := h.client.Apply(c, api.ApplyRequest{Files: []api.File{agentFile("two", "")}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := h.client.Definition(c, api.DefinitionRequest{Agent: "a"}); err != nil || d.DefinitionOmitted || d.Record.Definition.Model.Script[0].Text != "two" {
+		t.Fatalf("definition of a small version: %+v %v", d, err)
+	}
+}
