@@ -16,7 +16,8 @@
 // definition does not: the HTTP client, how API keys are looked up, the
 // number of attempts and the backoff, the response size bound, the logger
 // and a price overriding the list price table. WithMetrics reports calls,
-// attempts, durations, tokens and cost to Prometheus (see NewMetrics);
+// attempts, durations, tokens and cost to Prometheus (see NewMetrics), by
+// agent (the one WithAgent names in a call's context), provider and model;
 // retries are logged with slog at warning level.
 //
 // # Failures

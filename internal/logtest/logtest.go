@@ -1,9 +1,3 @@
-// Package logtest is a log/slog handler for tests that holds a program to
-// the rule that each attribute appears once per line: a layer adds only
-// its own attributes, and values that change (a turn, a step) are passed
-// per line rather than bound once and repeated. A line that repeats a key
-// (through With, WithGroup and the record's own attributes) fails the
-// test, naming the line.
 package logtest
 
 import (
