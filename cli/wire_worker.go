@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -295,9 +296,22 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	c := api.NewClient(rt.NC, rt.Names)
+	// The message's run is recorded after the entries the session has
+	// now: waiting reads from there, so it costs what the run holds, not
+	// what the session's age has put into its transcript.
+	from := uint64(1)
+	if wait {
+		if from, err = transcriptEnd(ctx, c, ref); err != nil {
+			return err
+		}
+	}
 	sent, err := c.Send(ctx, api.SendRequest{Agent: ref.Agent, Session: ref.Session, Text: rest[2], ID: id})
 	if err != nil {
 		return err
+	}
+	if sent.Duplicate {
+		// A message sent before may have run before the entries read.
+		from = 1
 	}
 	seq := sent.Seq
 	ref, _ = streams.NewSessionRef(sent.Agent, sent.Session)
@@ -324,7 +338,7 @@ func runSend(ctx context.Context, env *Env, args []string) error {
 	// Only an answer of the run this message started counts: from the
 	// message's entry to the next input's.
 	ours := false
-	err = follow(wctx, rt, c, ref, func(u record.Update) error {
+	err = follow(wctx, rt, c, ref, from, func(u record.Update) error {
 		switch {
 		case u.Entry != nil && u.Entry.Event != nil && (u.Entry.Kind == record.KindUser || u.Entry.Kind == record.KindEvent):
 			if seq == 0 && (u.Entry.Event.ID == sent.ID || sent.Debounced && u.Entry.Event.Count > 0) {
@@ -615,7 +629,7 @@ func runTail(ctx context.Context, env *Env, args []string) error {
 	enc := json.NewEncoder(env.Stdout)
 	enc.SetEscapeHTML(false)
 	var last record.Status
-	return follow(ctx, rt, api.NewClient(rt.NC, rt.Names), ref, func(u record.Update) error {
+	return follow(ctx, rt, api.NewClient(rt.NC, rt.Names), ref, 1, func(u record.Update) error {
 		if u.Entry != nil {
 			if cf.json {
 				return enc.Encode(map[string]any{"entry": u.Entry})
@@ -700,12 +714,26 @@ func showRange(ctx context.Context, c *api.Client, ref streams.SessionRef, from 
 	return record.Transcript{}, fmt.Errorf("show %s: more than %d pages", ref, maxShowPages)
 }
 
-// follow calls fn with a session's transcript entries in order, from the
-// first, and with its state whenever it changes, read through the API,
-// until ctx ends or fn returns an error (which follow returns;
+// transcriptEnd is the id the next entry of a session's transcript will
+// have (1 for a session that does not exist yet), read with a show
+// request past the transcript's end, which reads no entry.
+func transcriptEnd(ctx context.Context, c *api.Client, ref streams.SessionRef) (uint64, error) {
+	resp, err := c.Show(ctx, api.ShowRequest{Agent: ref.Agent, Session: ref.Session, From: math.MaxUint64, Limit: 1})
+	switch {
+	case errors.Is(err, api.ErrNotFound):
+		return 1, nil
+	case err != nil:
+		return 0, fmt.Errorf("read where the transcript of %s ends: %w", ref, err)
+	}
+	return resp.Transcript.Entries + 1, nil
+}
+
+// follow calls fn with a session's transcript entries in order, from
+// entry from, and with its state whenever it changes, read through the
+// API, until ctx ends or fn returns an error (which follow returns;
 // record.ErrStop ends it cleanly). A session that does not exist yet is
 // waited for.
-func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.SessionRef, fn func(record.Update) error) error {
+func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.SessionRef, from uint64, fn func(record.Update) error) error {
 	wake := make(chan struct{}, 1)
 	sub, err := rt.NC.Subscribe(rt.Names.Status(ref), func(*nats.Msg) {
 		select {
@@ -717,7 +745,7 @@ func follow(ctx context.Context, rt *Runtime, c *api.Client, ref streams.Session
 		return fmt.Errorf("follow %s: subscribe to %s: %w", ref, rt.Names.Status(ref), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	next := uint64(1)
+	next := max(from, 1)
 	var last *followed
 	for {
 		tr, err := showAll(ctx, c, ref, next)

@@ -1,13 +1,21 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/cli"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // TestSessionVerbsThroughTheAPI runs send, status, show and tail as a
@@ -98,5 +106,74 @@ triggers:
 	}
 	if got["status"] != "failed" || got["answer"] != "" {
 		t.Fatalf("second send --wait printed %s: want the failure and no answer", out)
+	}
+}
+
+// TestSendWaitReadsOnlyItsRun shows that send --wait reads the transcript
+// from where it stood when the message was sent, not from the first
+// entry: what waiting costs does not grow with the session's age. The
+// test hears every show request the command makes.
+func TestSendWaitReadsOnlyItsRun(t *testing.T) {
+	natsURL, _, _ := runDev(t, map[string]string{"JETLOOP_WORK_DIR": t.TempDir()}, "--workers", "1")
+	srv := []string{"--server", natsURL}
+	nc, js := natstest.Connect(t, natsURL)
+	froms := make(chan uint64, 1000)
+	sub, err := nc.Subscribe(streams.Default().API(api.EndpointShow), func(m *nats.Msg) {
+		var req api.ShowRequest
+		if err := json.Unmarshal(m.Data, &req); err == nil {
+			froms <- max(req.From, 1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if code, out, errs := run(t, nil, append([]string{"send", "--wait", "--timeout", "1m", "demo", "aged", fmt.Sprintf("hello %d", i)}, srv...)...); code != 0 || !strings.HasPrefix(out, "demo/aged done\n") {
+			t.Fatalf("send --wait %d: exit %d, %q %s", i, code, out, errs)
+		}
+	}
+	s, err := record.Open(context.Background(), js, streams.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("demo", "aged")
+	st, _, err := s.Load(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := st.NextEntry
+	if before < 10 {
+		t.Fatalf("%d entries after three runs", before-1)
+	}
+	drain := func() (out []uint64) {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case f := <-froms:
+				out = append(out, f)
+			default:
+				return out
+			}
+		}
+	}
+	drain()
+	code, out, errs := run(t, nil, append([]string{"send", "--wait", "--timeout", "1m", "demo", "aged", "once more"}, srv...)...)
+	if code != 0 || !strings.HasPrefix(out, "demo/aged done\n") || strings.TrimPrefix(out, "demo/aged done\n") == "" {
+		t.Fatalf("send --wait: exit %d, %q %s", code, out, errs)
+	}
+	got := drain()
+	if len(got) == 0 {
+		t.Fatal("send --wait made no show request")
+	}
+	for _, f := range got {
+		if f < before {
+			t.Fatalf("send --wait read the transcript from entry %d (show requests from %v): the message's run starts at %d", f, got, before)
+		}
 	}
 }
