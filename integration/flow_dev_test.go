@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -249,13 +251,27 @@ func TestDevFlowControl(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, p.Stderr())
 		}
-		for _, s := range []string{"s1", "s2", "s3"} {
-			awaitShow(t, p, bin, url, "limited/"+s, time.Minute, func(s showJSON) error {
+		// Each run went on alone: its answer took a second (the script's
+		// delay), so under limit 1 the answers are a second apart or more.
+		var ends []time.Time
+		for _, name := range []string{"s1", "s2", "s3"} {
+			s := awaitShow(t, p, bin, url, "limited/"+name, time.Minute, func(s showJSON) error {
 				if s.Status != "done" || len(entriesOf(s, "assistant")) != 1 {
 					return fmt.Errorf("status %s, %d answers", s.Status, len(entriesOf(s, "assistant")))
 				}
 				return nil
 			})
+			end, err := time.Parse(time.RFC3339Nano, fmt.Sprint(entriesOf(s, "assistant")[0]["time"]))
+			if err != nil {
+				t.Fatalf("%s: answer time: %v", name, err)
+			}
+			ends = append(ends, end)
+		}
+		slices.SortFunc(ends, time.Time.Compare)
+		for i := 1; i < len(ends); i++ {
+			if gap := ends[i].Sub(ends[i-1]); gap < 990*time.Millisecond {
+				t.Errorf("answers %v: two runs went on at once under limit 1 (%s apart)", ends, gap)
+			}
 		}
 	})
 
@@ -269,6 +285,14 @@ func TestDevFlowControl(t *testing.T) {
 			}
 			return nil
 		})
+		if err := natstest.Poll(t.Context(), 30*time.Second, func() error {
+			if len(processesRunning("echo slept > slept.txt")) == 0 {
+				return fmt.Errorf("the shell does not run yet")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		out, stderr, err := cli("send", "--wait", "--timeout", "30s", "--id", "the-interrupt", "interrupter", "s1", "never mind")
 		if err != nil || !strings.Contains(out, "interrupter/s1 done") || !strings.Contains(out, "Started over.") {
 			t.Fatalf("send --wait of the interrupt: %v\n%s%s", err, out, stderr)
@@ -287,6 +311,15 @@ func TestDevFlowControl(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(system, "\n"), "event the-interrupt (on_busy: interrupt) ended this run") {
 			t.Fatalf("system entries %q", system)
+		}
+		// The shell was stopped, not left to sleep on.
+		if err := natstest.Poll(t.Context(), 10*time.Second, func() error {
+			if pids := processesRunning("echo slept > slept.txt"); len(pids) > 0 {
+				return fmt.Errorf("the interrupted shell still runs: pids %v", pids)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
 	})
 
@@ -439,4 +472,18 @@ func TestDevFlowControl(t *testing.T) {
 			t.Errorf("the refused request's record: %v", c)
 		}
 	})
+}
+
+// processesRunning returns the pids of the processes whose command line
+// holds what.
+func processesRunning(what string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/cmdline")
+		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), what) {
+			out = append(out, filepath.Base(d))
+		}
+	}
+	return out
 }
