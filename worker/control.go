@@ -428,12 +428,10 @@ func (s *session) apply(ctx context.Context, in *ctlInput, msg control.Message, 
 		}
 		entries = append(entries, s.settleOpen(&next, "cancelled")...)
 		next.Steers = nil
+		// A delegated run answers however it ends, a cancel from its
+		// parent's run included: the answer carries what it consumed,
+		// which the parent counts as a late answer.
 		next.SetStatus(record.StatusCancelled, reason, now)
-		if dl := next.Delegation; dl != nil && !dl.Answered && msg.Source == delegationSource(dl.Parent) {
-			// The parent's run ended and cancelled this one: it answered
-			// its own call already.
-			dl.Answered = true
-		}
 	case control.Approve, control.Deny:
 		if s.st.Status != record.StatusBlocked || s.st.Approval == "" || s.st.BlockedCall != msg.CallID {
 			why := "the session is " + string(s.st.Status) + ", not waiting for an approval"

@@ -438,6 +438,9 @@ func (s *session) childAnswered(ctx context.Context, in *input, ev event.Event, 
 			return c.CallID == res.CallID && c.Session == res.Child && c.Cancel == ""
 		})
 	}
+	if i < 0 && err == nil && s.lateAnswer(res, ev) {
+		return s.lateAnswered(ctx, in, ev, res, next)
+	}
 	if i < 0 {
 		why := fmt.Sprintf("answer of %s to call %s, which this session does not wait for", res.Child, res.CallID)
 		if err != nil {
@@ -473,11 +476,43 @@ func (s *session) childAnswered(ctx context.Context, in *input, ev event.Event, 
 	return s.commit(ctx, []record.Entry{e}, next)
 }
 
-// delegationSource is the source of the delegate events (and cascaded
-// cancels) of the session parent names ("agent/session").
-func delegationSource(parent string) string {
-	agent, session, _ := strings.Cut(parent, "/")
-	return events.DelegationSource(agent, session)
+// lateAnswer reports whether ev, an answer this session no longer waits
+// for, is the first answer of the child one of its delegate calls
+// started: the run that made the call ended before it (and closed the
+// call), and the child answers with what it consumed.
+func (s *session) lateAnswer(res events.DelegationResult, ev event.Event) bool {
+	agent, session, ok := strings.Cut(res.Child, "/")
+	if !ok || session != events.ChildSession(s.r.ref.Agent, s.r.ref.Session, res.CallID) ||
+		ev.Source() != events.ResultSource(agent, session) {
+		return false
+	}
+	closed := false
+	for _, e := range s.live {
+		switch {
+		case e.Kind == record.KindSystem && e.Event != nil && e.Event.Type == events.TypeDelegateResult && e.Event.ID == ev.ID() && e.Event.Source == ev.Source():
+			return false // counted already
+		case e.Kind == record.KindToolResult && e.CallID == res.CallID:
+			closed = true
+		}
+	}
+	return closed
+}
+
+// lateAnswered records the answer of a child whose call was closed when
+// its parent's run ended: a system entry says how it ended, and what it
+// consumed joins the session's tree usage (its ledger account had it as
+// it happened).
+func (s *session) lateAnswered(ctx context.Context, in *input, ev event.Event, res events.DelegationResult, next record.State) error {
+	e := s.entry(&next, record.KindSystem)
+	e.Name, e.CallID = "delegate", res.CallID
+	e.Text = cut(fmt.Sprintf("late answer of %s to call %s, closed when its run ended: %s (%d turns, %d tokens, $%.4f)",
+		res.Child, res.CallID, res.Status, res.Usage.Turns, res.Usage.InputTokens+res.Usage.OutputTokens, res.Usage.CostUSD), 4096)
+	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
+	next.Delegated = next.Delegated.Add(record.Tree{Sessions: res.Sessions, Turns: res.Usage.Turns,
+		Usage: model.Usage{InputTokens: res.Usage.InputTokens, OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}})
+	s.w.m.delegations.WithLabelValues(s.labels("answered_late")...).Inc()
+	s.log.Info("delegated session answered after its call was closed", "call", res.CallID, "child", res.Child, "status", res.Status)
+	return s.commit(ctx, []record.Entry{e}, next)
 }
 
 // owesCancels reports whether st owes a child a cancel.

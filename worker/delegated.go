@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -144,6 +145,16 @@ func (s *session) answer(ctx context.Context) error {
 			CostUSD:      st.RunUsage.CostUSD + st.RunDelegated.Usage.CostUSD,
 		},
 		Sessions: 1 + st.RunDelegated.Sessions,
+	}
+	// The run's ledger account counts, as they reported, descendants that
+	// have not answered (cancelled with this run, they answer it late):
+	// each count is the larger of the account's and the answers'.
+	if acct, err := s.w.ledger.Get(ctx, s.r.ref); err == nil && acct.Run == st.Ledger {
+		tot, u := acct.Total(), &res.Usage
+		u.Turns, u.InputTokens, u.OutputTokens = max(u.Turns, tot.Turns), max(u.InputTokens, tot.InputTokens), max(u.OutputTokens, tot.OutputTokens)
+		u.CostUSD, res.Sessions = max(u.CostUSD, tot.CostUSD), max(res.Sessions, len(acct.Parts))
+	} else if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		s.log.Warn("the answer counts the run and its answered children only: its ledger account cannot be read", "err", err)
 	}
 	if st.Status == record.StatusDone {
 		res.Text = text

@@ -69,7 +69,8 @@
 // delegated.go: the child's). Every run of a delegation tree reports its
 // usage to its own and its ancestors' accounts in jl_ledger and checks
 // them before each step, and a run that ends early cancels its children
-// (tree.go).
+// (tree.go), whose late answers still add what they consumed to its
+// tree's usage.
 //
 // The files follow a step's phases: session.go (claim, the loop, the
 // settlement of a step), input.go (an event starts or joins a run),

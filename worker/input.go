@@ -43,6 +43,10 @@ func (s *session) input(ctx context.Context, in *input) error {
 		return s.timedOut(ctx, in, ev, next)
 	case TypeDelegationDeadline:
 		return s.deadlinePassed(ctx, in, ev, next)
+	case events.TypeDelegateResult:
+		// Also for a session that ended: a child cancelled with its run
+		// answers late, with what it consumed.
+		return s.childAnswered(ctx, in, ev, next)
 	}
 	tick := schedule.IsTick(&nats.Msg{Header: in.header})
 	if s.st.Status.Final() {
@@ -69,10 +73,7 @@ func (s *session) input(ctx context.Context, in *input) error {
 		}
 		ev = tev
 	}
-	switch ev.Type() {
-	case events.TypeDelegateResult:
-		return s.childAnswered(ctx, in, ev, next)
-	case events.TypeDelegate:
+	if ev.Type() == events.TypeDelegate {
 		if handled, err := s.delegation(ctx, in, ev, &next); handled || err != nil {
 			return err
 		}
