@@ -671,12 +671,14 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
-		// One byte more tells a body of exactly the bound from a longer one.
+		// One byte more tells a body of exactly the bound from a longer
+		// one; nothing past the bound is handed on.
 		var one [1]byte
-		if n, _ := b.ReadCloser.Read(one[:]); n > 0 {
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
 			return 0, errTooLarge
 		}
-		return b.ReadCloser.Read(p)
+		return 0, err
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
