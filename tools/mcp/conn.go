@@ -496,23 +496,42 @@ func recordedOf(e policies.MCPTool, kind string) string {
 	return ""
 }
 
-// listTools reads a server's whole tool list, bounded.
+// listTools reads a server's whole tool list, bounded: at most
+// maxListedTools tools in at most as many pages, of at most maxListBytes
+// of names, descriptions and schemas in all (each page is one message,
+// bounded by Options.MaxMessage; the bound in all keeps a server that
+// pages megabytes of tools no definition admits out of the worker's
+// memory).
 func listTools(ctx context.Context, cs *sdk.ClientSession) (map[string]liveTool, error) {
 	out := map[string]liveTool{}
-	for t, err := range cs.Tools(ctx, nil) {
+	size := 0
+	params := &sdk.ListToolsParams{}
+	for pages := 0; ; pages++ {
+		if pages >= maxListedTools {
+			return nil, fmt.Errorf("the server's tool list runs over more than %d pages", maxListedTools)
+		}
+		res, err := cs.ListTools(ctx, params)
 		if err != nil {
 			return nil, err
 		}
-		if len(out) >= maxListedTools {
-			return nil, fmt.Errorf("the server lists more than %d tools", maxListedTools)
+		for _, t := range res.Tools {
+			if len(out) >= maxListedTools {
+				return nil, fmt.Errorf("the server lists more than %d tools", maxListedTools)
+			}
+			schema, err := canonical(t.InputSchema)
+			if err != nil {
+				return nil, fmt.Errorf("tool %q: input schema: %w", t.Name, err)
+			}
+			if size += len(t.Name) + len(t.Description) + len(schema); size > maxListBytes {
+				return nil, fmt.Errorf("the server's tool list is larger than %d bytes", maxListBytes)
+			}
+			out[t.Name] = liveTool{description: t.Description, schema: schema}
 		}
-		schema, err := canonical(t.InputSchema)
-		if err != nil {
-			return nil, fmt.Errorf("tool %q: input schema: %w", t.Name, err)
+		if res.NextCursor == "" {
+			return out, nil
 		}
-		out[t.Name] = liveTool{description: t.Description, schema: schema}
+		params = &sdk.ListToolsParams{Cursor: res.NextCursor}
 	}
-	return out, nil
 }
 
 // canonical is v as compact JSON with sorted keys: two schemas that mean

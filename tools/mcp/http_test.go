@@ -2,6 +2,8 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -75,5 +77,33 @@ func TestMaxMessageBoundsJSONResponses(t *testing.T) {
 	res, err := call(t, ctx, ts["srv.echo"], "s1", `{"text":"`+big+`"}`)
 	if err != nil || !res.IsError || !strings.Contains(res.Content, "larger than the bound") {
 		t.Fatalf("an answer over a MaxMessage of %d bytes = %d bytes of content (%v), %v; want an error result saying it is too large", 64<<10, len(res.Content), res.IsError, err)
+	}
+}
+
+// TestToolListIsBoundedInTotal: a server whose list pages are each within
+// MaxMessage but that lists megabytes of tools the definition never
+// admits is refused instead of held in memory.
+func TestToolListIsBoundedInTotal(t *testing.T) {
+	srv := sdk.NewServer(&sdk.Implementation{Name: "big", Version: "1"}, &sdk.ServerOptions{PageSize: 1})
+	noop := func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{}, nil
+	}
+	srv.AddTool(&sdk.Tool{Name: "small", Description: "Small.", InputSchema: json.RawMessage(`{"type":"object"}`)}, noop)
+	for i := range 48 {
+		srv.AddTool(&sdk.Tool{Name: fmt.Sprintf("t%02d", i), Description: strings.Repeat("d", 512<<10), InputSchema: json.RawMessage(`{"type":"object"}`)}, noop)
+	}
+	h := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	t.Cleanup(h.Close)
+	p := newPool(t, mcp.Options{MaxAttempts: 1})
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"}, MCPServers: []policies.MCPServer{
+		{Name: "big", URL: h.URL, Tools: []string{"small"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Admit(ctx, c, "a.yaml"); err == nil || !strings.Contains(err.Error(), "tool list is larger than") {
+		t.Fatalf("admission of a server listing 24 MiB of tools = %v, want it refused as too large", err)
 	}
 }

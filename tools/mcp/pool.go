@@ -35,6 +35,9 @@ const (
 	DefaultMaxMessage = 8 << 20
 	// maxListedTools bounds what a server's tools/list may return.
 	maxListedTools = 4096
+	// maxListBytes bounds the names, descriptions and schemas of a
+	// server's whole tools/list.
+	maxListBytes = 16 << 20
 )
 
 // Options configures a Pool. The zero value is usable.
