@@ -14,16 +14,22 @@ import (
 
 // TestModelMetrics runs a scripted agent and an agent on an OpenAI
 // compatible server (an in-process fake speaking Chat Completions) under
-// `jetloop dev`, then reads GET /metrics: the model calls, their
-// durations, tokens and cost are there by agent, provider and model.
+// `jetloop dev`, one of whose calls the server refuses, then reads GET
+// /metrics: the model calls by outcome, their durations, tokens and cost
+// are there by agent, provider and model.
 func TestModelMetrics(t *testing.T) {
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-fake" {
 			http.Error(w, "unexpected "+r.URL.Path, http.StatusNotFound)
 			return
 		}
-		_, _ = io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(body), "refuse this") {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"message":"Invalid request.","type":"invalid_request_error","param":null,"code":null}}`)
+			return
+		}
 		fmt.Fprint(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1741570283,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Fine."},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":10,"total_tokens":1010}}`)
 	}))
 	defer fake.Close()
@@ -42,6 +48,10 @@ func TestModelMetrics(t *testing.T) {
 			t.Fatalf("send to %s: exit %d: %s %s", agent, code, out, errs)
 		}
 	}
+	// A call the provider refuses is counted as an error of its kind.
+	if code, out, errs := run(t, nil, append([]string{"send", "--wait", "--timeout", "1m", "oai", "s2", "refuse this"}, srv...)...); code != 1 || !strings.Contains(out, "failed") {
+		t.Fatalf("send of a refused call: exit %d: %s %s", code, out, errs)
+	}
 	resp, err := http.Get(httpURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +63,8 @@ func TestModelMetrics(t *testing.T) {
 		`jetloop_model_calls_total{agent="oai",model="gpt-4o-mini",outcome="ok",provider="openai"} 1`,
 		`jetloop_model_tokens_total{agent="oai",direction="input",model="gpt-4o-mini",provider="openai"} 1000`,
 		`jetloop_model_tokens_total{agent="oai",direction="output",model="gpt-4o-mini",provider="openai"} 10`,
-		`jetloop_model_call_duration_seconds_count{agent="oai",model="gpt-4o-mini",provider="openai"} 1`,
+		`jetloop_model_calls_total{agent="oai",model="gpt-4o-mini",outcome="bad_request",provider="openai"} 1`,
+		`jetloop_model_call_duration_seconds_count{agent="oai",model="gpt-4o-mini",provider="openai"} 2`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
