@@ -169,8 +169,8 @@ func (x *Index) Build(ctx context.Context, js jetstream.JetStream) (int, error) 
 		if e == nil {
 			break
 		}
-		var st State
-		if json.Unmarshal(e.Value(), &st) != nil {
+		st, err := DecodeState(e.Value())
+		if err != nil {
 			continue
 		}
 		if err := x.Heal(ctx, st); err != nil {

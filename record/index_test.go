@@ -166,3 +166,31 @@ func TestIndexBuildsFromStates(t *testing.T) {
 		t.Errorf("second build: %d, %v", n, err)
 	}
 }
+
+// A state written before versions were numbered per agent names its
+// definition by jl_agents revision in definition_version: the index
+// built from it lists that as the revision, not as a version number.
+func TestIndexBuildsFromStatesWithoutVersionNumbers(t *testing.T) {
+	js, x := indexEnv(t)
+	ctx := context.Background()
+	names := streams.Default()
+	kv, err := js.KeyValue(ctx, names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("old", "s")
+	old := `{"agent":"old","session":"s","status":"done","since":"2026-11-01T00:00:00Z","definition_version":17}`
+	if _, err := kv.Put(ctx, names.StateKey(ref), []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := x.Build(ctx, js); err != nil || n != 1 {
+		t.Fatalf("build: %d, %v", n, err)
+	}
+	p, err := record.Select(ctx, js, names, record.Query{Agent: "old"})
+	if err != nil || len(p.Sessions) != 1 {
+		t.Fatalf("select: %v, %v", sessions(p), err)
+	}
+	if s := p.Sessions[0]; s.DefinitionVersion != 0 || s.DefinitionRevision != 17 {
+		t.Fatalf("indexed as version %d, revision %d; want revision 17 and no number", s.DefinitionVersion, s.DefinitionRevision)
+	}
+}
