@@ -182,6 +182,14 @@ func (a *Admitter) Decide(ctx context.Context, e event.Event) ([]Decision, error
 	return a.DecideData(ctx, policies.NewEventData(e), e)
 }
 
+// DataPaths returns what of event.data the triggers of every agent read:
+// what a receiver decodes of an event's data for them
+// (policies.ParseJSONPaths, policies.PartlyDecodedEventData).
+func (a *Admitter) DataPaths() *policies.DataPaths {
+	_, p := a.rules.agentsPaths()
+	return p
+}
+
 // DecideData is Decide with the rules' view of e built already: a
 // receiver that decoded e's data hands it over (policies.DecodedEventData)
 // so that it is not decoded twice. The data is decoded only when a trigger
@@ -191,14 +199,14 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 	if !a.rules.IsSynced() {
 		return nil, ErrNotReady
 	}
-	agents := a.rules.Agents()
+	agents, need := a.rules.agentsPaths()
 	to, _ := e.Extensions()[events.ExtAgent].(string)
 	if to != "" {
 		c, ok := a.rules.fetch(ctx, to)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownAgent, to)
 		}
-		agents = []*policies.Compiled{c}
+		agents, need = []*policies.Compiled{c}, c.DataPaths()
 	}
 	if e.Type() == events.TypeDelegate {
 		if len(agents) != 1 || e.Extensions()[events.ExtAgent] == nil {
@@ -206,11 +214,7 @@ func (a *Admitter) DecideData(ctx context.Context, data *policies.EventData, e e
 		}
 		return a.decideDelegation(e, agents[0])
 	}
-	reads := false
-	for _, c := range agents {
-		reads = reads || c.ReadsData()
-	}
-	vars, err := data.Vars(reads)
+	vars, err := data.VarsFor(need)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadData, err)
 	}

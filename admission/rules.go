@@ -16,9 +16,11 @@ import (
 // is refused (it does not compile) leaves the previous one in place. It is
 // safe for concurrent use.
 type Rules struct {
-	mu       sync.RWMutex
-	agents   map[string]*policies.Compiled
-	sorted   []*policies.Compiled
+	mu     sync.RWMutex
+	agents map[string]*policies.Compiled
+	sorted []*policies.Compiled
+	// paths are what of event.data the triggers of sorted read.
+	paths    *policies.DataPaths
 	synced   chan struct{}
 	syncOnce sync.Once
 	// lookup reads an agent the watch has not delivered yet; nil
@@ -55,6 +57,11 @@ func (r *Rules) resort() {
 	r.sorted = slices.SortedFunc(maps.Values(r.agents), func(a, b *policies.Compiled) int {
 		return strings.Compare(a.Definition.Name, b.Definition.Name)
 	})
+	paths := &policies.DataPaths{}
+	for _, c := range r.sorted {
+		paths = paths.Union(c.DataPaths())
+	}
+	r.paths = paths
 }
 
 func (r *Rules) markSynced() { r.syncOnce.Do(func() { close(r.synced) }) }
@@ -65,6 +72,16 @@ func (r *Rules) Agents() []*policies.Compiled {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.sorted
+}
+
+// agentsPaths returns Agents and what of event.data their triggers read.
+func (r *Rules) agentsPaths() ([]*policies.Compiled, *policies.DataPaths) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.paths == nil {
+		return r.sorted, &policies.DataPaths{}
+	}
+	return r.sorted, r.paths
 }
 
 // Agent returns one agent's current definition.

@@ -24,7 +24,7 @@ func FuzzGitHubEvent(f *testing.F) {
 		h := http.Header{}
 		h.Set(HeaderGitHubEvent, name)
 		h.Set(HeaderGitHubDelivery, delivery)
-		e, _, ping, err := githubEvent(h, body, time.Unix(0, 0))
+		e, _, ping, err := githubEvent(h, body, time.Unix(0, 0), githubPaths)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v is not ErrBadRequest", err)

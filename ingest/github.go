@@ -67,6 +67,17 @@ type githubPayload struct {
 // githubFields reads the fields that name a webhook's event out of its
 // body, decoded: a field of the wrong type is an error, as it would be
 // for a decoder into a struct.
+// githubPaths are the paths of a webhook's body githubFields reads.
+var githubPaths = func() *policies.DataPaths {
+	p := &policies.DataPaths{}
+	for _, path := range [][]string{{"action"}, {"ref"}, {"repository", "full_name"}, {"organization", "login"},
+		{"pull_request", "number"}, {"issue", "number"}, {"issue", "pull_request"}, {"check_run", "id"},
+		{"workflow_run", "id"}, {"installation", "id"}} {
+		p.Add(path...)
+	}
+	return p
+}()
+
 func githubFields(m map[string]any) (githubPayload, error) {
 	var p githubPayload
 	var err error
@@ -154,7 +165,12 @@ func validGitHubName(s string) bool {
 //
 // The body is decoded once, here, as rules read it (policies.ParseJSON):
 // data is what admission's rules see of it.
-func githubEvent(h http.Header, body []byte, now time.Time) (e event.Event, data any, isPing bool, err error) {
+//
+// Of the body only paths are decoded (policies.ParseJSONPaths; nil: all of
+// it), the receiver's own among them (githubPaths): what the rules read
+// (admission.Admitter.DataPaths), not the rest of a payload of tens of
+// kilobytes, which is checked and skipped.
+func githubEvent(h http.Header, body []byte, now time.Time, paths *policies.DataPaths) (e event.Event, data any, isPing bool, err error) {
 	name, delivery := h.Get(HeaderGitHubEvent), h.Get(HeaderGitHubDelivery)
 	switch {
 	case name == "":
@@ -169,7 +185,7 @@ func githubEvent(h http.Header, body []byte, now time.Time) (e event.Event, data
 	if trimmed := strings.TrimLeft(string(body[:min(len(body), 64)]), " \t\r\n"); !strings.HasPrefix(trimmed, "{") {
 		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object", ErrBadRequest, name, delivery)
 	}
-	data, err = policies.ParseJSON(body)
+	data, err = policies.ParseJSONPaths(body, paths)
 	if err != nil {
 		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object: %w", ErrBadRequest, name, delivery, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -463,5 +464,46 @@ func TestUserRequests(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.status, tt.status, r.raw)
 			}
 		})
+	}
+}
+
+// TestGitHubRulesReadTheirPaths posts webhooks whose body the receiver
+// decodes only as far as the rules read it: a draft is refused by the
+// reviewer's condition (pull_request.draft), and a second agent's session
+// is named by a field no other rule reads (sender.login).
+func TestGitHubRulesReadTheirPaths(t *testing.T) {
+	const senderYAML = `name: by-sender
+model: {provider: scripted, script: [{text: hi}]}
+triggers:
+  - name: any-pr
+    when: event.type.startsWith("com.github.pull_request.")
+    session: event.data.sender.login + "/" + string(event.data.sender.id)
+`
+	h := startWith(t, time.Minute, []string{reviewerYAML, senderYAML})
+	body := fixture(t, "pull_request/opened.payload.json")
+	sessions := func(r reply) []string {
+		t.Helper()
+		if r.status != http.StatusAccepted {
+			t.Fatalf("status %d: %s", r.status, r.raw)
+		}
+		var out []string
+		for _, a := range r.body["admitted"].([]any) {
+			m := a.(map[string]any)
+			out = append(out, m["agent"].(string)+":"+m["session"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	got := sessions(post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "d-1", body), body))
+	if want := []string{"by-sender:Codertocat/21031067", "pr-reviewer:Codertocat/Hello-World#2"}; !slices.Equal(got, want) {
+		t.Fatalf("ready pull request admitted to %v, want %v", got, want)
+	}
+	draft := bytes.Replace(body, []byte(`"draft": false`), []byte(`"draft": true`), 1)
+	if bytes.Equal(draft, body) {
+		t.Fatal("the fixture has no draft field")
+	}
+	got = sessions(post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "d-2", draft), draft))
+	if want := []string{"by-sender:Codertocat/21031067"}; !slices.Equal(got, want) {
+		t.Fatalf("draft admitted to %v, want %v", got, want)
 	}
 }

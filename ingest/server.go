@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -116,6 +117,10 @@ func (c Config) Validate() error {
 
 // Server holds the receivers and the pipeline behind them.
 type Server struct {
+	adm *admission.Admitter
+	// paths caches the paths of a webhook's body decoded for the rules
+	// of the moment (githubDecodePaths).
+	paths  atomic.Pointer[decodePaths]
 	cfg    Config
 	log    *slog.Logger
 	m      *Metrics
@@ -138,7 +143,7 @@ func New(cfg Config, js jetstream.JetStream, store *dedupe.Store, adm *admission
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, gate: g}
+	s := &Server{cfg: cfg, log: cfg.Log, m: cfg.Metrics, gate: g, adm: adm}
 	s.handle = s.pipeline(js, store, adm)
 	s.readmit = Chain(
 		Publish(js, adm, s.cfg.Names, s.m, WithClaimCheck(s.cfg.MaxEventSize)),
@@ -322,19 +327,39 @@ func (s *Server) githubHeaders(r *http.Request) error {
 	return nil
 }
 
+// decodePaths are the paths decoded of a webhook's body for one set of
+// rules' paths.
+type decodePaths struct{ rules, union *policies.DataPaths }
+
+// githubDecodePaths are the paths decoded of a webhook's body: the
+// receiver's and the rules' (nil, all of it, without an admitter).
+func (s *Server) githubDecodePaths() *policies.DataPaths {
+	if s.adm == nil {
+		return nil // no rules known: all of it
+	}
+	rules := s.adm.DataPaths()
+	if c := s.paths.Load(); c != nil && c.rules == rules {
+		return c.union
+	}
+	union := githubPaths.Union(rules)
+	s.paths.Store(&decodePaths{rules: rules, union: union})
+	return union
+}
+
 func (s *Server) github(r *http.Request, body []byte) (*Delivery, *answer, error) {
 	sig := r.Header.Get(HeaderGitHubSignature)
 	if !VerifySignature(s.cfg.GitHubSecret, body, sig) {
 		return nil, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
 	}
-	e, data, ping, err := githubEvent(r.Header, body, s.cfg.Now())
+	paths := s.githubDecodePaths()
+	e, data, ping, err := githubEvent(r.Header, body, s.cfg.Now(), paths)
 	if err != nil {
 		return nil, nil, err
 	}
 	if ping {
 		return nil, &answer{status: http.StatusOK, body: map[string]any{"ping": true, "delivery": r.Header.Get(HeaderGitHubDelivery)}}, nil
 	}
-	return &Delivery{Event: e, Data: policies.DecodedEventData(e, data)}, nil, nil
+	return &Delivery{Event: e, Data: policies.PartlyDecodedEventData(e, data, paths)}, nil, nil
 }
 
 // bearer checks the Authorization header against the configured token in

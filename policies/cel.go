@@ -165,6 +165,8 @@ type Expr struct {
 	prg  cel.Program
 	// readsData: the expression may read event.data (see readsEventData).
 	readsData bool
+	// dataPaths: what of event.data it reads (eventDataPaths).
+	dataPaths *DataPaths
 }
 
 // String returns the expression's source.
@@ -243,7 +245,11 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if err != nil {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
-	return &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked)}, nil
+	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}}
+	if x.readsData {
+		x.dataPaths = eventDataPaths(checked)
+	}
+	return x, nil
 }
 
 // emptyInputs estimates every input whose size CEL cannot know (strings,

@@ -36,6 +36,8 @@ type EventData struct {
 	data    any
 	err     error
 	decoded bool
+	// paths are what of the data is decoded: nil, all of it.
+	paths *DataPaths
 }
 
 // NewEventData returns the rules' view of e; its data is decoded on the
@@ -46,6 +48,27 @@ func NewEventData(e event.Event) *EventData { return &EventData{e: e} }
 // has decoded already, as ParseJSON does, into data.
 func DecodedEventData(e event.Event, data any) *EventData {
 	return &EventData{e: e, data: data, decoded: true}
+}
+
+// PartlyDecodedEventData is DecodedEventData for data its receiver
+// decoded only paths of (ParseJSONPaths): rules that read no more see it
+// as the whole; VarsFor decodes the data again for those that do.
+func PartlyDecodedEventData(e event.Event, data any, paths *DataPaths) *EventData {
+	return &EventData{e: e, data: data, decoded: true, paths: paths}
+}
+
+// VarsFor returns the variables triggers that read need of event.data
+// see: Vars(false) when they read none of it, else the data decoded as
+// far as they read (all of it when a receiver decoded less than they
+// read, or when it is not JSON).
+func (d *EventData) VarsFor(need *DataPaths) (Vars, error) {
+	if need.Empty() {
+		return d.Vars(false)
+	}
+	if d.decoded && !d.paths.Covers(need) {
+		d.decoded, d.data, d.err, d.paths = false, nil, nil, nil
+	}
+	return d.Vars(true)
 }
 
 // Vars returns the variables triggers see (see EventVars). With data

@@ -284,6 +284,32 @@ func (d *jsonDecoder) hex4() (rune, bool) {
 // of a float64's range) its text.
 func (d *jsonDecoder) number() (any, error) {
 	start := d.i
+	integer, err := d.numberGrammar()
+	if err != nil {
+		return nil, err
+	}
+	s := string(d.b[start:d.i])
+	if integer {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return n, nil
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return s, nil
+	}
+	return f, nil
+}
+
+// numberEnd checks the number at d.i and moves past it.
+func (d *jsonDecoder) numberEnd() error {
+	_, err := d.numberGrammar()
+	return err
+}
+
+// numberGrammar moves past the number at d.i by JSON's grammar, and
+// reports whether it has neither fraction nor exponent.
+func (d *jsonDecoder) numberGrammar() (bool, error) {
 	if d.b[d.i] == '-' {
 		d.i++
 	}
@@ -298,14 +324,14 @@ func (d *jsonDecoder) number() (any, error) {
 	if d.i < len(d.b) && d.b[d.i] == '0' {
 		d.i++
 	} else if digits() == 0 {
-		return nil, d.errorf("invalid number")
+		return false, d.errorf("invalid number")
 	}
 	integer := true
 	if d.i < len(d.b) && d.b[d.i] == '.' {
 		d.i++
 		integer = false
 		if digits() == 0 {
-			return nil, d.errorf("invalid number: no digits after '.'")
+			return false, d.errorf("invalid number: no digits after '.'")
 		}
 	}
 	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
@@ -315,18 +341,8 @@ func (d *jsonDecoder) number() (any, error) {
 			d.i++
 		}
 		if digits() == 0 {
-			return nil, d.errorf("invalid number: no digits in the exponent")
+			return false, d.errorf("invalid number: no digits in the exponent")
 		}
 	}
-	s := string(d.b[start:d.i])
-	if integer {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return n, nil
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return s, nil
-	}
-	return f, nil
+	return integer, nil
 }

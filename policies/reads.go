@@ -34,6 +34,34 @@ func (t *CompiledTrigger) ReadsData() bool {
 	return false
 }
 
+// DataPaths returns what of event.data any trigger of c reads.
+func (c *Compiled) DataPaths() *DataPaths {
+	p := &DataPaths{}
+	for _, t := range c.Triggers {
+		p = p.Union(t.DataPaths())
+	}
+	return p
+}
+
+// DataPaths returns what of event.data the trigger's condition, session,
+// rate key, debounce key, throttle key, payload and prompt read.
+func (t *CompiledTrigger) DataPaths() *DataPaths {
+	p := &DataPaths{}
+	for _, x := range t.exprs() {
+		if x != nil && x.readsData {
+			p = p.Union(x.dataPaths)
+		}
+	}
+	if t.Prompt != nil {
+		for _, pt := range t.Prompt.parts {
+			if pt.expr != nil && pt.expr.readsData {
+				p = p.Union(pt.expr.dataPaths)
+			}
+		}
+	}
+	return p
+}
+
 // exprs are the trigger's expressions over `event` but its prompt's:
 // every one admission evaluates.
 func (t *CompiledTrigger) exprs() []*Expr {
