@@ -69,7 +69,8 @@ func Due(in Input, c Context) (record.Compaction, bool) {
 // among them. Neither end falls between a call and its result: the head
 // takes in the results of its calls, the tail the calls of its results
 // (providers refuse a call without its result, and a result without its
-// call). ok is false when that holds no entry a summary does not
+// call). A middle longer than one summary request holds is planned in
+// parts, oldest first (see bounded). ok is false when that holds no entry a summary does not
 // already stand for.
 func Plan(in Input) (record.Compaction, bool) {
 	p := in.Def.Context
@@ -108,6 +109,7 @@ func Plan(in Input) (record.Compaction, bool) {
 		}
 		track(open, e)
 	}
+	keep = bounded(in, headEnd, keep)
 	fresh := 0
 	answers := st.Summarised
 	for _, e := range in.Entries {
@@ -123,6 +125,47 @@ func Plan(in Input) (record.Compaction, bool) {
 		return record.Compaction{}, false
 	}
 	return record.Compaction{HeadEnd: headEnd, Keep: keep, Answers: answers}, true
+}
+
+// compactHeader opens the request that asks for a summary.
+const compactHeader = "Summarise the part of the conversation below, which will be taken out of your context.\n\n"
+
+// bounded is keep, or an earlier id where the entries from headEnd on
+// stop fitting one summary request (maxCompactInput): a longer middle is
+// summarised in parts, oldest first, each compaction taking in the
+// summary before it, so that a summary stands only for entries its
+// request showed. Like the tail, the cut never parts a call from its
+// result. An answer whose calls' results alone pass the bound is taken
+// whole (its request cut): there is no cut inside it.
+func bounded(in Input, headEnd, keep uint64) uint64 {
+	n := len(compactHeader)
+	cut := uint64(0)
+	open := map[string]bool{}
+	for _, e := range in.Entries {
+		if e.ID < headEnd || e.ID >= keep && e.Kind != record.KindSummary {
+			continue
+		}
+		if len(open) == 0 && e.Kind != record.KindToolCall && e.Kind != record.KindSummary && e.ID > headEnd {
+			cut = e.ID
+		}
+		track(open, e)
+		if !summarised(in, e) {
+			continue
+		}
+		if n += len(render(in, e)) + 1; n > maxCompactInput && cut != 0 {
+			return cut
+		}
+	}
+	return keep
+}
+
+// summarised reports whether e, between a plan's ends, is shown to the
+// summariser: the runtime's notes and what no call sees are not the
+// conversation (a summary of the same turns is the same with or without
+// them), nor is a summary the latest one stands for.
+func summarised(in Input, e record.Entry) bool {
+	return !(e.Kind == record.KindSystem || e.Kind == record.KindSummary && e.ID != in.State.Summary ||
+		e.Kind == record.KindControl && (e.Name != "steer" && e.Name != "resume" || e.Text == ""))
 }
 
 // track keeps open the calls entries so far left without results.
@@ -142,16 +185,9 @@ func track(open map[string]bool, e record.Entry) {
 func CompactRequest(in Input, plan record.Compaction) model.Request {
 	def := in.Def
 	var b strings.Builder
-	b.WriteString("Summarise the part of the conversation below, which will be taken out of your context.\n\n")
+	b.WriteString(compactHeader)
 	for _, e := range in.Entries {
-		if e.ID < plan.HeadEnd || (e.ID >= plan.Keep && e.Kind != record.KindSummary) {
-			continue
-		}
-		if e.Kind == record.KindSystem || e.Kind == record.KindSummary && e.ID != in.State.Summary ||
-			e.Kind == record.KindControl && (e.Name != "steer" && e.Name != "resume" || e.Text == "") {
-			// The runtime's notes and what no call sees are not the
-			// conversation: a summary of the same turns is the same
-			// with or without them.
+		if e.ID < plan.HeadEnd || (e.ID >= plan.Keep && e.Kind != record.KindSummary) || !summarised(in, e) {
 			continue
 		}
 		if b.Len() > maxCompactInput {

@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,3 +240,50 @@ func TestPlanKeepsCallsWithTheirResults(t *testing.T) {
 		})
 	}
 }
+
+// A middle longer than one summary request holds is summarised in
+// parts, oldest first, each compaction taking in the summary before it:
+// a summary never stands for entries its request left out, and the
+// compactions reach the kept tail.
+func TestPlanSummarisesALongMiddleInParts(t *testing.T) {
+	first, last := 1, 4
+	p := &policies.ContextPolicy{CompactAtTokens: 400_000, KeepFirstTurns: &first, KeepLastTurns: &last}
+	all := turns(900) // about 1 MB of middle: twice what one request holds
+	byID := map[uint64]record.Entry{}
+	for _, e := range all {
+		byID[e.ID] = e
+	}
+	in := input(t, p, all)
+	tailStart := uint64(len(all) - 4*4 + 4 + 1) // the last 4 turns' entries, the coming call's among them
+	compactions := 0
+	for ; compactions < 10; compactions++ {
+		plan, ok := window.Plan(in)
+		if !ok {
+			break
+		}
+		text := window.CompactRequest(in, plan).Messages[0].Text
+		if strings.Contains(text, "left out") {
+			t.Fatalf("compaction %d covers %d to %d, but its request (%d bytes) leaves part of them out", compactions+1, plan.HeadEnd, plan.Keep-1, len(text))
+		}
+		// The last entry it covers is in its request.
+		if lastCovered := byID[plan.Keep-1]; lastCovered.Kind == record.KindToolResult && !strings.Contains(text, "[turn "+itoa(lastCovered.Turn)+": result of probe]") {
+			t.Fatalf("compaction %d covers entry %d (turn %d), its request does not show it", compactions+1, plan.Keep-1, lastCovered.Turn)
+		}
+		st := in.State
+		sum := window.SummaryEntry(st.NextEntry, st.Turns, plan, model.Response{Text: "part " + itoa(compactions+1)})
+		byID[sum.ID] = sum
+		st.HeadEnd, st.Summary, st.From, st.Summarised, st.NextEntry = plan.HeadEnd, sum.ID, plan.Keep, plan.Answers, sum.ID+1
+		var live []record.Entry
+		for _, sp := range st.Live() {
+			for id := sp.From; id <= sp.To; id++ {
+				live = append(live, byID[id])
+			}
+		}
+		in.State, in.Entries = st, live
+	}
+	if compactions < 2 || in.State.From != tailStart || in.State.Summarised != 900-4 {
+		t.Fatalf("%d compactions; the window %+v (the tail starts at %d)", compactions, in.State.Window, tailStart)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
