@@ -1,18 +1,23 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/tools"
 	"github.com/jetloop/jetloop/tools/mcp"
 	"github.com/jetloop/jetloop/tools/mcp/mcptest"
 )
@@ -105,5 +110,100 @@ func TestToolListIsBoundedInTotal(t *testing.T) {
 	defer cancel()
 	if err := p.Admit(ctx, c, "a.yaml"); err == nil || !strings.Contains(err.Error(), "tool list is larger than") {
 		t.Fatalf("admission of a server listing 24 MiB of tools = %v, want it refused as too large", err)
+	}
+}
+
+// cutAfterFirstWrite passes a response's first write (the stream's
+// priming event) through, then drops the connection, as a proxy or a
+// network failure would in the middle of a call.
+type cutAfterFirstWrite struct {
+	http.ResponseWriter
+	cut    bool
+	cancel context.CancelFunc // the request's, as the server ends it when its client goes
+}
+
+func (w *cutAfterFirstWrite) Write(b []byte) (int, error) {
+	if w.cut {
+		return 0, errors.New("connection cut")
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.ResponseWriter.(http.Flusher).Flush()
+	w.cut = true
+	if conn, _, herr := w.ResponseWriter.(http.Hijacker).Hijack(); herr == nil {
+		_ = conn.Close()
+	}
+	w.cancel()
+	return n, err
+}
+
+func (w *cutAfterFirstWrite) Flush() {}
+
+// TestInterruptedStreamIsResumed: the stream of a call in flight is cut;
+// the SDK resumes it with Last-Event-ID from the server's event store, so
+// the call's answer arrives and the call is not sent again.
+func TestInterruptedStreamIsResumed(t *testing.T) {
+	rec := mcptest.NewRecorder()
+	gate := make(chan struct{})
+	var once sync.Once
+	resumed := make(chan string, 8)
+	h := mcptest.ServeHTTP(t, func() *sdk.Server {
+		return mcptest.NewServer(mcptest.Options{Name: "srv", Record: rec.Record, SlowGate: gate})
+	}, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if id := r.Header.Get("Last-Event-ID"); r.Method == http.MethodGet && id != "" {
+				select {
+				case resumed <- id:
+				default:
+				}
+			}
+			if r.Method == http.MethodPost {
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				if bytes.Contains(body, []byte(`"tools/call"`)) && bytes.Contains(body, []byte(`"slow"`)) {
+					cut := false
+					once.Do(func() { cut = true })
+					if cut {
+						ctx, cancel := context.WithCancel(r.Context())
+						defer cancel()
+						next.ServeHTTP(&cutAfterFirstWrite{ResponseWriter: w, cancel: cancel}, r.WithContext(ctx))
+						return
+					}
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	p := newPool(t, mcp.Options{})
+	ts := toolMap(t, p, admit(t, p, policies.MCPServer{Name: "srv", URL: h.URL, Tools: []string{"slow"}}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type answer struct {
+		res tools.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := call(t, ctx, ts["srv.slow"], "s1", `{}`)
+		done <- answer{res, err}
+	}()
+	rec.Wait(t, "call", "slow", 30*time.Second)
+	select {
+	case <-resumed:
+	case a := <-done:
+		t.Fatalf("the call ended before its stream was resumed: %+v, %v", a.res, a.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no GET with Last-Event-ID after the call's stream was cut")
+	}
+	close(gate)
+	select {
+	case a := <-done:
+		if a.err != nil || a.res.IsError || a.res.Content != "done" {
+			t.Fatalf("resumed call = %+v, %v", a.res, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the resumed call did not return")
+	}
+	if n := rec.Count("call", "slow"); n != 1 {
+		t.Fatalf("slow reached the server %d times, want 1", n)
 	}
 }
