@@ -36,7 +36,7 @@ func runOne(b *testing.B, name string, cfg bench.Config, metrics ...string) {
 	}
 }
 
-// BenchmarkSessionAge is the benchmark (a): events into one
+// BenchmarkSessionAge measures a session's cost over its age: events into one
 // persistent session on the scripted model; the runtime's time per event
 // for the last 100 against the first 100 (last/first), and against the
 // raw JetStream operations an event needs (ratio-to-raw).
@@ -44,7 +44,7 @@ func BenchmarkSessionAge(b *testing.B) {
 	runOne(b, bench.Age, bench.Config{AgeEvents: *ageEvents}, "first-ms", "last-ms", "last/first", "ratio-to-raw", "live-entries", "entries")
 }
 
-// BenchmarkSessionWindow is the benchmark (b): ticks of a
+// BenchmarkSessionWindow measures what a session's window holds: ticks of a
 // persistent monitor on the OpenAI provider against an in-process fake;
 // the input of the calls with a context policy (largest, last) and
 // without one (first, last).
