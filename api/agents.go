@@ -119,7 +119,8 @@ type RolloutRequest struct {
 	Version uint64   `json:"version"`
 	Percent *float64 `json:"percent"`
 	// Guard replaces the rollout's guard; without it the guard in force is
-	// kept (none for a new rollout). ClearGuard removes it.
+	// kept (none for a new rollout). ClearGuard removes it. Either with
+	// percent 0 or 100, which end the rollout, is a 400.
 	Guard      *policies.Guard `json:"guard,omitempty"`
 	ClearGuard bool            `json:"clear_guard,omitempty"`
 	By         string          `json:"by,omitempty"`

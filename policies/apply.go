@@ -237,7 +237,8 @@ type RolloutChange struct {
 	// anything between starts or changes the rollout.
 	Percent float64 `json:"percent"`
 	// Guard replaces the rollout's guard; nil keeps it (none for a new
-	// rollout). ClearGuard removes it.
+	// rollout). ClearGuard removes it. Both are refused with percent 0
+	// or 100, which end the rollout, and together.
 	Guard      *Guard `json:"guard,omitempty"`
 	ClearGuard bool   `json:"clear_guard,omitempty"`
 }
@@ -254,6 +255,10 @@ func (s *Store) SetRollout(ctx context.Context, agent string, ch RolloutChange, 
 		return Applied{}, fmt.Errorf("%w: rollout %s: percent %v: the smallest share is 0.01", ErrInvalid, agent, ch.Percent)
 	case ch.Version == 0:
 		return Applied{}, fmt.Errorf("%w: rollout %s: version is required", ErrInvalid, agent)
+	case ch.Guard != nil && ch.ClearGuard:
+		return Applied{}, fmt.Errorf("%w: rollout %s: a guard and clear_guard at once", ErrInvalid, agent)
+	case (ch.Guard != nil || ch.ClearGuard) && (ch.Percent == 0 || ch.Percent == 100):
+		return Applied{}, fmt.Errorf("%w: rollout %s: percent %v ends the rollout: a guard (or its removal) belongs to a rollout that goes on, with a percent between 0 and 100", ErrInvalid, agent, ch.Percent)
 	}
 	if ch.Guard != nil {
 		if err := ValidateGuard(*ch.Guard); err != nil {

@@ -590,3 +590,25 @@ func TestRolloutChangesKeepItsVersionsInTheHistory(t *testing.T) {
 		t.Fatalf("roll back after the ramp: %+v %v", a, err)
 	}
 }
+
+// A guard given with percent 0 or 100, which end the rollout, would have
+// no effect: it is refused, and nothing changes.
+func TestSetRolloutRefusesAGuardThatEndsWithIt(t *testing.T) {
+	st, _ := newStore(t)
+	ctx := context.Background()
+	apply(t, st, parse(t, "a.yaml", "one", "s", ""))
+	apply(t, st, parse(t, "a.yaml", "two", "s", "rollout: {percent: 10}\n"))
+	for _, ch := range []policies.RolloutChange{
+		{Version: 2, Percent: 100, Guard: &policies.Guard{MinRuns: 5}},
+		{Version: 2, Percent: 0, Guard: &policies.Guard{MinRuns: 5}},
+		{Version: 2, Percent: 100, ClearGuard: true},
+		{Version: 2, Percent: 20, Guard: &policies.Guard{MinRuns: 5}, ClearGuard: true},
+	} {
+		if _, err := st.SetRollout(ctx, "a", ch, "ops"); !errors.Is(err, policies.ErrInvalid) || !strings.Contains(err.Error(), "guard") {
+			t.Errorf("%+v: %v, want a refusal naming the guard", ch, err)
+		}
+	}
+	if es, _ := st.Entries(ctx, "a"); len(es) != 2 || es[1].Rollout == nil {
+		t.Fatalf("refused changes changed the rollout: %+v", es)
+	}
+}
