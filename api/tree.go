@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/record"
@@ -20,6 +21,22 @@ import (
 
 // maxWaitDepth bounds how far down a waiting session's description goes.
 const maxWaitDepth = 3
+
+// maxWaitingFor bounds a waiting session's description: the children past
+// it are counted, not named, so a wide tree keeps a status row small.
+const maxWaitingFor = 4096
+
+// cutText is s cut to at most n bytes, at a rune boundary, marked "…".
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	keep := n - len("…")
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + "…"
+}
 
 // describeWaiting rewrites the waiting_for of every waiting session of a
 // page of the status listing with what the sessions it waits for are
@@ -72,21 +89,26 @@ func describeWaitingIn(all []record.Summary) {
 		if x.Status != record.StatusWaiting || len(x.Children) == 0 || depth > maxWaitDepth {
 			return x.WaitingFor
 		}
-		parts := make([]string, 0, len(x.Children))
-		for _, c := range x.Children {
-			j, ok := by[c]
-			if !ok {
-				parts = append(parts, c+" (not started yet)")
-				continue
+		parts := make([]string, 0, min(len(x.Children), 64))
+		size := len("the answers of ")
+		for k, c := range x.Children {
+			part := c + " (not started yet)"
+			if j, ok := by[c]; ok {
+				ch := all[j]
+				what := string(ch.Status)
+				if w := describe(j, depth+1); w != "" && (ch.Status == record.StatusBlocked || ch.Status == record.StatusWaiting || ch.Status == record.StatusQueued) {
+					what += ": " + cutText(w, maxWaitingFor/8) // room for its siblings
+				}
+				part = c + " (" + what + ")"
 			}
-			ch := all[j]
-			what := string(ch.Status)
-			if w := describe(j, depth+1); w != "" && (ch.Status == record.StatusBlocked || ch.Status == record.StatusWaiting || ch.Status == record.StatusQueued) {
-				what += ": " + w
+			if k > 0 && size+len(part) > maxWaitingFor-32 {
+				parts = append(parts, fmt.Sprintf("and %d more", len(x.Children)-k))
+				break
 			}
-			parts = append(parts, c+" ("+what+")")
+			parts = append(parts, part)
+			size += len(part) + 2
 		}
-		return "the answers of " + strings.Join(parts, ", ")
+		return cutText("the answers of "+strings.Join(parts, ", "), maxWaitingFor)
 	}
 	out := make([]string, len(all))
 	for i := range all {

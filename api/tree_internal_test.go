@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -25,6 +26,33 @@ func TestDescribeWaiting(t *testing.T) {
 	}
 	if !strings.Contains(all[1].WaitingFor, "(blocked: call_7)") || all[2].WaitingFor != "call_7" {
 		t.Fatalf("mid %q, leaf %q", all[1].WaitingFor, all[2].WaitingFor)
+	}
+}
+
+// A wide tree keeps a waiting session's description bounded: children
+// past the bound are counted, and a child's own description is cut.
+func TestDescribeWaitingIsBounded(t *testing.T) {
+	all := []record.Summary{{Agent: "lead", Session: "s", Status: record.StatusWaiting}}
+	for i := range 1000 {
+		mid := fmt.Sprintf("mid/lead/s/call_%d", i)
+		all[0].Children = append(all[0].Children, mid)
+		m := record.Summary{Agent: "mid", Session: strings.TrimPrefix(mid, "mid/"), Status: record.StatusWaiting, DelegatedBy: "lead/s"}
+		for j := range 50 {
+			leaf := fmt.Sprintf("leaf/%s/call_%d", mid, j)
+			m.Children = append(m.Children, leaf)
+			all = append(all, record.Summary{Agent: "leaf", Session: strings.TrimPrefix(leaf, "leaf/"), Status: record.StatusBlocked,
+				WaitingFor: strings.Repeat("approval of a long call ", 20), DelegatedBy: mid})
+		}
+		all = append(all, m)
+	}
+	describeWaitingIn(all)
+	for _, x := range all {
+		if len(x.WaitingFor) > maxWaitingFor {
+			t.Fatalf("%s/%s says %d bytes of what it waits for, more than %d", x.Agent, x.Session, len(x.WaitingFor), maxWaitingFor)
+		}
+	}
+	if w := all[0].WaitingFor; !strings.HasPrefix(w, "the answers of mid/lead/s/call_0 (waiting: the answers of leaf/") || !strings.Contains(w, " more") {
+		t.Fatalf("waiting_for %q", w)
 	}
 }
 
