@@ -33,7 +33,7 @@ func turns(n int) []record.Entry {
 	return out
 }
 
-func input(t *testing.T, p *policies.ContextPolicy, entries []record.Entry) window.Input {
+func input(t testing.TB, p *policies.ContextPolicy, entries []record.Entry) window.Input {
 	t.Helper()
 	ref, err := streams.NewSessionRef("mon", "s")
 	if err != nil {
