@@ -55,6 +55,16 @@ func (r *runner) giveBackSlot(ctx context.Context) {
 	}
 }
 
+// leaveQueue gives up the session's place in the queue of slot.
+func (s *session) leaveQueue(ctx context.Context, slot record.Slot) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.w.slots.leave(lctx, s.r.ref, slot); err != nil {
+		// The place lapses with its TTL.
+		s.log.Warn("leave the concurrency queue", "key", slot.Key, "err", err)
+	}
+}
+
 // renewSlot renews the held slot; a slot that lapsed and went to another
 // run is forgotten, so the run takes one again before its next step.
 func (r *runner) renewSlot(ctx context.Context) {

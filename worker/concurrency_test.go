@@ -155,3 +155,25 @@ func TestConcurrencyKeyAndWaitingHoldNoSlot(t *testing.T) {
 		e.waitStatus(t, ref, record.StatusDone)
 	}
 }
+
+// A queued session that will not run after all (cancelled while it
+// waits) gives up its place in the queue: the session behind it gets the
+// slot as soon as the running one ends, not when the place lapses.
+func TestCancelledQueuedSessionGivesUpItsPlace(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "one", Concurrency: &policies.Concurrency{Limit: 1},
+		Model: scripted(policies.ScriptEntry{Text: "Thinking.", Delay: policies.Duration(2 * time.Second)})}
+	e.start(t, worker.Config{Definitions: defs{"one": def}, Agents: []string{"one"}})
+	s1, s2, s3 := e.ref(t, "one", "s1"), e.ref(t, "one", "s2"), e.ref(t, "one", "s3")
+	e.send(t, s1, "go")
+	e.waitStatus(t, s1, record.StatusWorking)
+	e.send(t, s2, "go")
+	e.waitStatus(t, s2, record.StatusQueued)
+	e.send(t, s3, "go")
+	e.waitStatus(t, s3, record.StatusQueued)
+	publish(t, e, s2, control.Message{Verb: control.Cancel})
+	e.waitStatus(t, s2, record.StatusCancelled)
+	e.waitStatus(t, s1, record.StatusDone)
+	// Well before s2's place would lapse (minutes).
+	e.waitStatus(t, s3, record.StatusDone)
+}

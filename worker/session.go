@@ -224,6 +224,7 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 		return err
 	}
 	prev, prevSummary, prevTick := s.st.Status, s.st.Summary, s.st.LastTickID
+	prevQueued := s.st.Queued
 	s.st, s.rev = next, rev
 	s.fresh = 0
 	if next.LastTickID != prevTick && next.LastTickID != "" {
@@ -252,6 +253,10 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 	if next.Status != record.StatusWorking {
 		// A run that rests or waits holds no slot.
 		s.r.giveBackSlot(ctx)
+	}
+	if prev == record.StatusQueued && prevQueued != nil && next.Status != record.StatusQueued {
+		// No longer waiting: its place goes to the sessions behind it.
+		s.leaveQueue(ctx, prevQueued.Slot)
 	}
 	return nil
 }

@@ -216,6 +216,20 @@ func (s *slots) release(ctx context.Context, ref streams.SessionRef, slot record
 	})
 }
 
+// leave gives up the session's place in the queue of slot, if it has
+// one, and nothing else: for a queued session that no longer waits (its
+// event went another way, or it was cancelled), so that the sessions
+// behind it do not wait for the place to lapse.
+func (s *slots) leave(ctx context.Context, ref streams.SessionRef, slot record.Slot) error {
+	return s.change(ctx, ref.Agent, slot, func(t *slotTable, _ time.Time) bool {
+		w := t.waiter(ref.Session)
+		if w >= 0 {
+			t.Queue = slices.Delete(t.Queue, w, w+1)
+		}
+		return w >= 0
+	})
+}
+
 // holders returns the sessions holding a slot of slot now, for tests and
 // status.
 func (s *slots) holders(ctx context.Context, agent string, slot record.Slot) ([]string, error) {
