@@ -102,3 +102,49 @@ triggers:
 		t.Fatalf("steps_total by version/kind: %v", steps)
 	}
 }
+
+// TestDevApplyToRunningMovesASession: a session keeps its version when a
+// new one is applied, and moves at its next run to one that says
+// apply_to_running, its transcript saying why.
+func TestDevApplyToRunningMovesASession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs jetloop")
+	}
+	bin := buildJetloop(t)
+	data, dir := t.TempDir(), t.TempDir()
+	t.Setenv("JETLOOP_WORK_DIR", t.TempDir())
+	p := startProc(t, bin, devArgs(data)...)
+	url := p.waitReady(time.Minute)["nats"]
+	apply := func(answer, extra string) {
+		t.Helper()
+		file := agentFile(t, dir, "atr", answer, extra)
+		if out, err := jetloopCmd(t, bin, "apply", "--server", url, file); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+	}
+	apply("answer from v1", "")
+	if s := sendWait(t, bin, url, "atr", "kept"); s.Answer != "answer from v1" {
+		t.Fatalf("first run: %+v", s)
+	}
+	apply("answer from v2", "")
+	if s := sendWait(t, bin, url, "atr", "kept"); s.Answer != "answer from v1" {
+		t.Fatalf("after v2: %+v", s)
+	}
+	apply("answer from v3", "apply_to_running: true\n")
+	if s := sendWait(t, bin, url, "atr", "kept"); s.Answer != "answer from v3" {
+		t.Fatalf("after v3 with apply_to_running: %+v", s)
+	}
+	s, err := show(t, bin, url, "atr/kept")
+	if err != nil || s.DefinitionVersion != 3 {
+		t.Fatalf("show: version %d, %v", s.DefinitionVersion, err)
+	}
+	moved := false
+	for _, e := range s.Transcript {
+		if e["kind"] == "system" && strings.Contains(fmt.Sprint(e["text"]), "version 3 applies to running sessions; the session moves from version 1") {
+			moved = true
+		}
+	}
+	if !moved {
+		t.Fatalf("the transcript does not say why the session moved: %+v", s.Transcript)
+	}
+}

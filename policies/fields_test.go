@@ -118,7 +118,7 @@ var fieldEffects = map[string][]string{
 	"retention.max_age":         {"worker/TestRetentionNeverTouchesRunningOrWaitingSessions"},
 	"retention.max_count":       {"worker/TestRetentionOfEphemeralTicks"},
 	"retention.sessions":        {"worker/TestRetentionOfEphemeralTicks"},
-	"apply_to_running":          {"policies/TestResolveKeepsSessionsOnTheirVersion"},
+	"apply_to_running":          {"policies/TestResolveKeepsSessionsOnTheirVersion", "integration/TestDevApplyToRunningMovesASession"},
 
 	"rollout.version":                 {"policies/TestRolloutFromTheFile"},
 	"rollout.percent":                 {"policies/TestRolloutFromTheFile", "integration/TestDevCanaryRolledBackByItsGuard"},
