@@ -47,6 +47,10 @@ type conn struct {
 	// generation counts connections made, for logs and tests.
 	generation int
 
+	// refreshing is set while a refresh after tools/list_changed runs;
+	// relistAgain when another arrived since it began.
+	refreshing, relistAgain atomic.Bool
+
 	liveMu  sync.Mutex
 	liveGen int                 // the generation live is of
 	live    map[string]liveTool // the current connection's tools/list
@@ -183,7 +187,7 @@ func ctxErr(ctx context.Context, err error) error {
 func (c *conn) dial(ctx context.Context) error {
 	watch := newCancelWatch()
 	cs, proc, err := connect(ctx, c.p, c.srv, c.workDir, c.key.agent, c.key.session, &sdk.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { go c.refresh() },
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { c.listChanged() },
 	}, watch)
 	if err != nil {
 		return err
@@ -354,6 +358,27 @@ func isCancelNotification(msg []byte) bool {
 		Method string `json:"method"`
 	}
 	return json.Unmarshal(msg, &m) == nil && m.Method == "notifications/cancelled"
+}
+
+// listChanged takes a tools/list_changed: one refresh runs at a time, and
+// notifications that arrive meanwhile make one more, so a server that
+// floods them costs one list in flight, not a goroutine and a whole list
+// each.
+func (c *conn) listChanged() {
+	c.relistAgain.Store(true)
+	if !c.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			c.relistAgain.Store(false)
+			c.refresh()
+			c.refreshing.Store(false)
+			if !c.relistAgain.Load() || !c.refreshing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // refresh lists the tools again after tools/list_changed.
