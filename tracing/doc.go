@@ -7,7 +7,9 @@
 // packages start (the GenAI semantic conventions for model and tool
 // calls).
 //
-// One webhook is one trace: the request's span is the parent of the
+// One webhook is one trace: the request's span starts it (a traceparent
+// header the sender sends is a link, never the parent: the sender may be
+// anyone), and is the parent of the
 // pipeline's dedupe, admission and publish spans; the event published to
 // JL_IN carries the publish span's context in its traceparent extension;
 // the worker starts the run's span as its child, and each step's span

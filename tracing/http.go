@@ -1,6 +1,7 @@
 package tracing
 
 import (
+	"context"
 	"net/http"
 
 	"go.opentelemetry.io/otel/codes"
@@ -15,10 +16,13 @@ import (
 var untraced = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/v1/sessions/stream": true}
 
 // Handler serves h with a server span per request, named by its method
-// and the route pattern that served it ("POST /webhooks/github"), as the
-// child of the request's traceparent header when it has one. Spans
-// started below it (the ingest pipeline's, the API's) use tp through
-// Start. Nil tp: the global provider.
+// and the route pattern that served it ("POST /webhooks/github"). The
+// span is the root of a trace of its own, linked to the request's
+// traceparent header when it has one: the sender may be anyone on the
+// internet (a webhook's), so it picks neither the trace's id, nor whether
+// it is sampled, nor a tracestate that would travel with every event
+// published under it. Spans started below it (the ingest pipeline's, the
+// API's) use tp through Start. Nil tp: the global provider.
 func Handler(tp trace.TracerProvider, h http.Handler) http.Handler {
 	tr := Tracer(tp)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -26,11 +30,14 @@ func Handler(tp trace.TracerProvider, h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tr.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
 			semconv.HTTPRequestMethodKey.String(r.Method),
 			semconv.URLPath(r.URL.Path),
-		))
+		)}
+		if sc := Sender(r.Header); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+		ctx, span := tr.Start(r.Context(), r.Method, opts...)
 		defer span.End()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		r = r.WithContext(ctx)
@@ -74,4 +81,17 @@ func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// Sender is the span context a request's traceparent header names,
+// without its tracestate (a link to it keeps no more than its ids);
+// invalid when the header names none.
+func Sender(h http.Header) trace.SpanContext {
+	if len(h.Values(ExtTraceParent)) != 1 {
+		return trace.SpanContext{}
+	}
+	sc := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.HeaderCarrier(http.Header{
+		"Traceparent": h.Values(ExtTraceParent),
+	})))
+	return sc.WithTraceState(trace.TraceState{})
 }

@@ -111,9 +111,12 @@ func TestEventRoundTrip(t *testing.T) {
 	}
 }
 
-// A request's span is named by the route that served it, is the child of
-// the request's traceparent header, and leaves the response controller
-// working (a stream that flushes and moves its write deadline).
+// A request's span is named by the route that served it, starts a trace
+// of its own that links the request's traceparent header (a sender on the
+// internet, a webhook's, picks neither jetloop's trace ids, nor whether
+// they are sampled, nor a tracestate that would travel with every event),
+// and leaves the response controller working (a stream that flushes and
+// moves its write deadline).
 func TestHandler(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -134,6 +137,11 @@ func TestHandler(t *testing.T) {
 	parent := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	req, _ := http.NewRequest(http.MethodGet, hs.URL+"/v1/things/7", nil)
 	req.Header.Set("traceparent", parent)
+	req.Header.Set("tracestate", "big="+strings.Repeat("x", 250)+",other=1")
+	var under trace.SpanContext
+	mux.HandleFunc("GET /v1/under", func(w http.ResponseWriter, r *http.Request) {
+		under = trace.SpanContextFromContext(r.Context())
+	})
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +162,28 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("%d spans, want 1 (probes untraced)", len(spans))
 	}
 	s := spans[0]
-	if s.Name() != "GET /v1/things/{id}" || s.Parent().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || s.Parent().SpanID().String() != "b7ad6b7169203331" {
-		t.Fatalf("span %q, parent %v", s.Name(), s.Parent())
+	if s.Name() != "GET /v1/things/{id}" || s.Parent().IsValid() || s.SpanContext().TraceID().String() == "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("span %q, parent %v, trace %s: want a root of a new trace", s.Name(), s.Parent(), s.SpanContext().TraceID())
+	}
+	if s.SpanContext().TraceState().Len() != 0 {
+		t.Fatalf("the sender's tracestate travels: %q", s.SpanContext().TraceState())
+	}
+	links := s.Links()
+	if len(links) != 1 || links[0].SpanContext.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" ||
+		links[0].SpanContext.SpanID().String() != "b7ad6b7169203331" || links[0].SpanContext.TraceState().Len() != 0 {
+		t.Fatalf("links %+v, want the sender's span, without its tracestate", links)
+	}
+
+	// Unsampled by the sender: sampled all the same (the provider's
+	// sampler decides), and what the handler sees is the request's span.
+	req, _ = http.NewRequest(http.MethodGet, hs.URL+"/v1/under", nil)
+	req.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !under.IsSampled() || under.TraceID().String() == "0af7651916cd43dd8448eb211c80319c" || under.IsRemote() {
+		t.Fatalf("the handler runs under %v, want a sampled local span of a new trace", under)
 	}
 }
 
