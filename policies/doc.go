@@ -21,6 +21,10 @@
 // change is recorded in JL_AUDIT (Event), a lost record later
 // (CatchUpAudit).
 //
+// It also says what of an event's data the rules read (DataPaths, from
+// the selections of event.data in their CEL), and decodes a JSON body
+// only that far (ParseJSONPaths), checking and skipping the rest.
+//
 // It does not evaluate admission rules against events (admission/ does)
 // and does not run agents (the worker does); both read Definitions from
 // here.

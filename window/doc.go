@@ -4,7 +4,8 @@
 // agent's context policy, the request (system prompt and notes, tools,
 // messages) with old tool results masked behind a placeholder and a
 // handle, the summary standing where the turns it covers were, and a
-// token estimate per part, calibrated on the provider's reported usage.
+// token estimate per part, calibrated on the provider's reported usage
+// (Build; BuildRequest is the same without the parts, for a model call).
 // It also plans compactions (what to summarise, what to keep) and builds
 // the request that asks for the summary.
 //
