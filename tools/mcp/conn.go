@@ -603,12 +603,24 @@ func connect(ctx context.Context, p *Pool, s policies.MCPServer, workDir, agent,
 		if proc != nil {
 			proc.kill()
 			if tail := strings.TrimSpace(proc.stderr.String()); tail != "" {
-				err = fmt.Errorf("%w (server's stderr: %s)", err, lastLines(tail, 5))
+				err = fmt.Errorf("%w (server's stderr: %s)", err, redact(p, s, lastLines(tail, 5)))
 			}
 		}
 		return nil, nil, err
 	}
 	return cs, proc, nil
+}
+
+// redact takes the values of the variables a stdio server was given
+// (env) out of its stderr: the error goes to apply's answer, logs and
+// transcripts, where no secret may be.
+func redact(p *Pool, s policies.MCPServer, text string) string {
+	for _, name := range sortedKeys(s.Env) {
+		if v := p.opts.Getenv(s.Env[name]); len(v) >= 4 {
+			text = strings.ReplaceAll(text, v, "["+s.Env[name]+" redacted]")
+		}
+	}
+	return text
 }
 
 // version is the client version the servers are told.

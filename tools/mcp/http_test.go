@@ -207,3 +207,26 @@ func TestInterruptedStreamIsResumed(t *testing.T) {
 		t.Fatalf("slow reached the server %d times, want 1", n)
 	}
 }
+
+// TestServerStderrDoesNotCarryItsSecrets: a stdio server that fails and
+// prints the secret it was given leaves it out of the error (which goes
+// to apply's answer, logs and transcripts).
+func TestServerStderrDoesNotCarryItsSecrets(t *testing.T) {
+	env := map[string]string{"SRV_TOKEN": "s3cret-value"}
+	p := newPool(t, mcp.Options{Getenv: func(k string) string { return env[k] }, MaxAttempts: 1})
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"}, MCPServers: []policies.MCPServer{
+		{Name: "srv", Command: []string{"sh", "-c", `echo "bad token $TOKEN" >&2; exit 3`}, Env: map[string]string{"TOKEN": "SRV_TOKEN"}, Tools: []string{"echo"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = p.Admit(ctx, c, "a.yaml")
+	if err == nil || !strings.Contains(err.Error(), "bad token") {
+		t.Fatalf("admission of a failing server = %v, want its stderr in the error", err)
+	}
+	if strings.Contains(err.Error(), "s3cret-value") {
+		t.Fatalf("the error carries the server's secret: %v", err)
+	}
+}
