@@ -126,13 +126,23 @@ func (a *Auth) redeem(code string) bool {
 	return ok && exp.After(a.now())
 }
 
-// checkToken compares a token given at the login form, in constant time;
-// wrong ones beyond the limiter's rate are refused unread.
+// checkToken compares a token given at the login form, in constant time.
+// Once wrong ones come faster than the limiter's rate, every token is
+// refused unread until the rate allows again, the right one as well: a
+// guesser must not learn which guess was right by its answer. (The
+// one-time link and the API's bearer token still work meanwhile.)
 func (a *Auth) checkToken(got string) (ok, limited bool) {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.failures.TokensAt(now) < 1 {
+		return false, true
+	}
 	if subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) == 1 {
 		return true, false
 	}
-	return false, !a.failures.Allow()
+	a.failures.AllowN(now, 1)
+	return false, false
 }
 
 func digest(s string) string {

@@ -198,6 +198,15 @@ func TestLoginForm(t *testing.T) {
 	if !limited {
 		t.Fatal("40 wrong tokens at once were all read")
 	}
+	// Past the rate, a guess is refused unread, the right one as well:
+	// otherwise a guesser at any speed still learns which guess is right.
+	if resp := form("s3cret-token"); resp.StatusCode != http.StatusTooManyRequests || len(resp.Cookies()) != 0 {
+		t.Fatalf("the token past the rate of wrong ones: %d %v, want 429 and no cookie", resp.StatusCode, resp.Cookies())
+	}
+	s.clock.add(5 * time.Second)
+	if resp := form("s3cret-token"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the token once the rate allows again: %d", resp.StatusCode)
+	}
 	resp, _ := send(t, b, "POST", s.URL+"/ui/login", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": "https://evil.example"}, "token=s3cret-token")
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a sign-in posted from another site: %d", resp.StatusCode)
