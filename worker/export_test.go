@@ -1,10 +1,21 @@
 package worker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/jetloop/jetloop/streams"
+)
 
 // OnRetentionListed calls f in every retention pass of the test, after
 // the pass has read the states it decides on.
 func OnRetentionListed(t testing.TB, f func(agent string)) {
 	retentionListed = f
 	t.Cleanup(func() { retentionListed = nil })
+}
+
+// OnRetentionPurged calls f in every removal of the test, right after
+// the session's records are purged.
+func OnRetentionPurged(t testing.TB, f func(ref streams.SessionRef)) {
+	retentionPurged = f
+	t.Cleanup(func() { retentionPurged = nil })
 }

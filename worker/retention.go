@@ -152,6 +152,10 @@ func restedAt(st record.State) time.Time {
 // the states it decides on.
 var retentionListed func(agent string)
 
+// retentionPurged, when set (by tests), is called right after a removal
+// purged a session's records.
+var retentionPurged func(ref streams.SessionRef)
+
 // listedState is a session's state as a pass read it, with its revision.
 type listedState struct {
 	st  record.State
@@ -257,6 +261,24 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 			}
 		}
 	}
+	// What only the state leads a pass to goes before the state: a
+	// removal cut short after the purge below would leave it where no
+	// pass finds it again; cut short before, the state is there and the
+	// next pass removes it.
+	if err := w.index.Remove(ctx, ref); err != nil {
+		return false, fmt.Errorf("worker: retention of %s: remove the status index entry: %w", ref, err)
+	}
+	// The consumed messages only: a message that came since stays.
+	if st.InSeq > 0 {
+		if err := w.in.Purge(ctx, jetstream.WithPurgeSubject(w.names.In(ref)), jetstream.WithPurgeSequence(st.InSeq+1)); err != nil {
+			return false, fmt.Errorf("worker: retention of %s: purge consumed events up to %d: %w", ref, st.InSeq, err)
+		}
+	}
+	if st.CtlSeq > 0 {
+		if err := w.ctl.Purge(ctx, jetstream.WithPurgeSubject(w.names.Ctl(ref)), jetstream.WithPurgeSequence(st.CtlSeq+1)); err != nil {
+			return false, fmt.Errorf("worker: retention of %s: purge applied control messages up to %d: %w", ref, st.CtlSeq, err)
+		}
+	}
 	kvs, err := w.js.Stream(ctx, streams.KVStream(w.names.BucketSessions()))
 	if err != nil {
 		return false, fmt.Errorf("worker: retention of %s: %w", ref, err)
@@ -266,19 +288,8 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 	if err := kvs.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(w.names.BucketSessions(), w.names.SessionKeys(ref)))); err != nil {
 		return false, fmt.Errorf("worker: retention of %s: purge records: %w", ref, err)
 	}
-	if err := w.index.Remove(ctx, ref); err != nil {
-		w.log.Warn("retention: remove the status index entry", "agent", ref.Agent, "session", ref.Session, "err", err)
-	}
-	// The consumed messages only: a message that came since stays.
-	if st.InSeq > 0 {
-		if err := w.in.Purge(ctx, jetstream.WithPurgeSubject(w.names.In(ref)), jetstream.WithPurgeSequence(st.InSeq+1)); err != nil {
-			w.log.Warn("retention: purge consumed events", "agent", ref.Agent, "session", ref.Session, "err", err)
-		}
-	}
-	if st.CtlSeq > 0 {
-		if err := w.ctl.Purge(ctx, jetstream.WithPurgeSubject(w.names.Ctl(ref)), jetstream.WithPurgeSequence(st.CtlSeq+1)); err != nil {
-			w.log.Warn("retention: purge applied control messages", "agent", ref.Agent, "session", ref.Session, "err", err)
-		}
+	if retentionPurged != nil {
+		retentionPurged(ref)
 	}
 	_ = os.RemoveAll(workFolder(w.cfg.WorkDir, ref))
 	// Its delegation ledger account goes with it.

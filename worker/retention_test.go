@@ -427,3 +427,66 @@ func TestRetentionDecidesOnWhatItRead(t *testing.T) {
 		t.Fatalf("busy after the pass: %v, %d entries", err, len(tr.Transcript))
 	}
 }
+
+// A removal cut short right after it purged a session's records (the
+// worker died, or its context ended) leaves nothing behind that no pass
+// would find again: no status index entry for the session, none of its
+// consumed events.
+func TestRetentionCutShortLeavesNoStrays(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	d := defs{"ret": {Name: "ret", Model: scripted(policies.ScriptEntry{Text: "ok"}), Retention: &policies.Retention{MaxAge: policies.Duration(time.Hour)}}}
+	cfg := worker.Config{Definitions: d, Agents: []string{"ret"}, RetentionInterval: -1}
+	e.start(t, cfg)
+	ref := e.ref(t, "ret", "old")
+	e.send(t, ref, "hello")
+	e.waitStatus(t, ref, record.StatusDone)
+	skv, err := e.js.KeyValue(ctx, e.names.BucketStatus())
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexed := func() []string {
+		ks, err := skv.ListKeysFiltered(ctx, "*."+ref.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for k := range ks.Keys() {
+			out = append(out, k)
+		}
+		return out
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if len(indexed()) == 0 {
+			return errors.New("not indexed yet")
+		}
+		return nil
+	})
+	pctx, cut := context.WithCancel(ctx)
+	defer cut()
+	worker.OnRetentionPurged(t, func(streams.SessionRef) { cut() })
+	cfg2 := cfg
+	cfg2.ID, cfg2.WorkDir = "w2", t.TempDir()
+	w2, err := worker.New(ctx, e.js, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w2.Retain(pctx, "ret", time.Now().Add(2*time.Hour))
+	if _, _, err := loadState(e, ref); !errors.Is(err, worker.ErrNotFound) {
+		t.Fatalf("the state after the purge: %v", err)
+	}
+	if ks := indexed(); len(ks) != 0 {
+		t.Fatalf("the status index still lists the removed session: %v", ks)
+	}
+	in, err := e.js.Stream(ctx, e.names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := in.Info(ctx, jetstream.WithSubjectFilter(e.names.In(ref)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(info.State.Subjects); n != 0 {
+		t.Fatalf("JL_IN still holds the removed session's consumed events: %v", info.State.Subjects)
+	}
+}
