@@ -224,23 +224,26 @@ func checkRuntime(c *checker, d Definition) {
 	checkPriced(c, d)
 }
 
-// checkPriced refuses a spend limit that could never be reached: one on
-// a model that costs nothing because neither the price table
-// (package prices) nor model.price prices it.
+// checkPriced refuses a spend limit or cost budget that could never be
+// reached: one on a model that costs nothing because neither the price
+// table (package prices) nor model.price prices it.
 func checkPriced(c *checker, d Definition) {
-	l := d.Limits
-	if l == nil || d.Model.Price != nil {
+	if d.Model.Price != nil {
 		return
 	}
 	if _, ok := prices.Lookup(d.Model.Name); ok {
 		return
 	}
+	var l Limits
+	if d.Limits != nil {
+		l = *d.Limits
+	}
 	for _, f := range []struct {
 		name string
 		usd  float64
-	}{{"session_usd", l.SessionUSD}, {"agent_usd_per_day", l.AgentUSDPerDay}, {"key_usd_per_day", l.KeyUSDPerDay}} {
+	}{{"budget.max_cost_usd", d.Budget.MaxCostUSD}, {"limits.session_usd", l.SessionUSD}, {"limits.agent_usd_per_day", l.AgentUSDPerDay}, {"limits.key_usd_per_day", l.KeyUSDPerDay}} {
 		if f.usd > 0 {
-			c.addf("limits."+f.name, "model %q has no price in the price table, so its calls cost 0 and the limit is never reached: give model.price {input_per_mtok, output_per_mtok}", d.Model.Name)
+			c.addf(f.name, "%s model %q has no price in the price table, so its calls cost 0 and the limit is never reached: give model.price {input_per_mtok, output_per_mtok} (or a model name the table prices)", d.Model.Provider, d.Model.Name)
 			return
 		}
 	}

@@ -73,6 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "key ceiling without a key", yaml: head + "limits: {key_usd_per_day: 5}\n", line: 3, field: "limits.key", msgContain: "required"},
 		{name: "spend limit on an unpriced model", yaml: "name: a\nmodel: {provider: openai, name: qwen3, base_url: 'http://127.0.0.1:8000/v1'}\nlimits: {agent_usd_per_day: 5}\n", line: 3, field: "limits.agent_usd_per_day", msgContain: `model "qwen3" has no price`},
 		{name: "session limit on an unnamed script", yaml: head + "limits: {session_usd: 5}\n", line: 3, field: "limits.session_usd", msgContain: "model.price"},
+		{name: "cost budget on an unnamed script", yaml: head + "budget: {max_cost_usd: 2}\n", line: 3, field: "budget.max_cost_usd", msgContain: "never reached"},
 		{name: "negative price", yaml: "name: a\nmodel: {provider: scripted, price: {input_per_mtok: -1, output_per_mtok: 2}}\n", line: 2, field: "model.price", msgContain: "negative"},
 		{name: "duplicate trigger", yaml: head + "triggers:\n  - {name: t, when: 'true'}\n  - {name: t, when: 'true'}\n", field: "triggers[1].name", msgContain: "twice"},
 		{name: "bad prompt", yaml: head + "triggers:\n  - name: t\n    when: 'true'\n    prompt: '{{.data'\n", line: 6, field: "triggers[0].prompt", msgContain: "closing }}"},
