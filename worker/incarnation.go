@@ -118,6 +118,11 @@ func (w *Worker) reclaim(ctx context.Context) error {
 			keys = append(keys, k)
 		}
 	}
+	// One question an incarnation, not one a lease: an incarnation that
+	// keeps its connection but does not answer (a stopped process) costs
+	// livenessWait each time, and the worker consumes nothing until this
+	// is done.
+	dead := map[string]bool{}
 	n := 0
 	for _, key := range keys {
 		e, err := w.leases.kv.Get(ctx, key)
@@ -125,7 +130,17 @@ func (w *Worker) reclaim(ctx context.Context) error {
 			continue
 		}
 		var v leaseValue
-		if json.Unmarshal(e.Value(), &v) != nil || !w.predecessor(ctx, v) {
+		if json.Unmarshal(e.Value(), &v) != nil {
+			continue
+		}
+		gone, asked := dead[v.Incarnation]
+		if !asked {
+			gone = w.predecessor(ctx, v)
+			if v.Owner == w.cfg.ID {
+				dead[v.Incarnation] = gone
+			}
+		}
+		if !gone {
 			continue
 		}
 		ref, err := w.names.ParseSessionKey(key)

@@ -2,12 +2,16 @@ package worker_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
@@ -72,4 +76,56 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestPausedTwinIsAskedOnce holds leases of four sessions under this
+// worker's id by an incarnation whose process keeps its connection but
+// does not run (stopped with SIGSTOP: its liveness subject has a
+// subscriber that never answers). The restarted twin asks that
+// incarnation once whether it lives, not once a lease: each question
+// waits for an answer that never comes, and the worker does not consume
+// until its start is over.
+func TestPausedTwinIsAskedOnce(t *testing.T) {
+	e := setup(t)
+	nc, _ := natstest.Connect(t, e.url)
+	subject, err := e.names.Incarnation("w1", "paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	asked := 0
+	if _, err := nc.Subscribe(subject, func(*nats.Msg) { mu.Lock(); asked++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kv, err := e.js.KeyValue(ctx, e.names.BucketLeases())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for i := range 4 {
+		ref := e.ref(t, "demo", fmt.Sprintf("s%d", i))
+		b, _ := json.Marshal(map[string]any{"owner": "w1", "incarnation": "paused", "acquired": now, "renewed": now})
+		if _, err := kv.Put(ctx, e.names.LeaseKey(ref), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "hi"})}
+	logs := &lockedBuffer{}
+	e.start(t, worker.Config{ID: "w1", Definitions: defs{"demo": def}, Agents: []string{"demo"},
+		Log: slog.New(slog.NewTextHandler(logs, nil))})
+	natstest.WaitFor(t, time.Minute, func() error {
+		if !strings.Contains(logs.String(), "worker running") {
+			return fmt.Errorf("the worker has not started:\n%s", logs.String())
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 1 {
+		t.Fatalf("the paused incarnation was asked %d times whether it lives, want once", asked)
+	}
 }
