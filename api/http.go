@@ -37,6 +37,20 @@ type HTTPConfig struct {
 	// MaxStreams bounds the status streams served at once; default
 	// DefaultMaxStreams.
 	MaxStreams int
+	// MaxStreamsPerSignIn bounds the status streams of one sign-in (a
+	// browser's session cookie, as Sessions names it when it implements
+	// SignIns) at once, so one browser (tabs left open, a page that
+	// leaks its streams) cannot take every stream; 429 beyond. Default
+	// DefaultMaxStreamsPerSignIn. Requests with the bearer token are
+	// bounded by MaxStreams alone.
+	MaxStreamsPerSignIn int
+}
+
+// SignIns is what an Authenticator may also do: name the sign-in a
+// request it admits belongs to (the same for every request of one
+// browser's session), so the API bounds what one sign-in holds open.
+type SignIns interface {
+	SignIn(r *http.Request) string
 }
 
 // Authenticator authenticates a request that carries no bearer token,
@@ -87,6 +101,9 @@ func (s *Service) MountHTTP(mux *http.ServeMux, cfg HTTPConfig) {
 	}
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxStreamsPerSignIn == 0 {
+		cfg.MaxStreamsPerSignIn = DefaultMaxStreamsPerSignIn
 	}
 	session := "/v1/agents/{agent}/sessions/{session}"
 	mux.Handle("POST "+session+"/control", s.httpRoute("control", cfg, maxControlBody, s.httpControl))

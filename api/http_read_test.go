@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/worker"
 )
@@ -32,6 +33,78 @@ func (cookieAuth) Authenticate(r *http.Request) error {
 		return &api.Error{Code: http.StatusForbidden, Message: "no CSRF token"}
 	}
 	return nil
+}
+
+// SignIn names the sign-in by its cookie.
+func (cookieAuth) SignIn(r *http.Request) string {
+	c, err := r.Cookie("s")
+	if err != nil {
+		return ""
+	}
+	return c.Value
+}
+
+// One sign-in holds at most MaxStreamsPerSignIn status streams open at
+// once (429 beyond), so one browser cannot take every stream; the bearer
+// token is bounded by MaxStreams alone; a stream its client closes gives
+// its place back.
+func TestStreamsPerSignIn(t *testing.T) {
+	h := start(t, api.Config{})
+	stop := make(chan struct{})
+	mux := http.NewServeMux()
+	h.svc.MountHTTP(mux, api.HTTPConfig{Token: "t0ken", Sessions: cookieAuth{}, Stop: stop, MaxStreams: 4, MaxStreamsPerSignIn: 2})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) })
+	open := func(auth string) (int, func()) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx(t), "GET", srv.URL+"/v1/sessions/stream", nil)
+		if auth == "bearer" {
+			req.Header.Set("Authorization", "Bearer t0ken")
+		} else {
+			req.AddCookie(&http.Cookie{Name: "s", Value: "ok"})
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == 200 {
+			// The ready event: the stream holds its places.
+			if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "retry:") {
+				t.Fatalf("stream's first line %q: %v", line, err)
+			}
+		}
+		return resp.StatusCode, func() { resp.Body.Close() }
+	}
+	code, closeFirst := open("cookie")
+	if code != 200 {
+		t.Fatalf("first stream: %d", code)
+	}
+	code, closeSecond := open("cookie")
+	defer closeSecond()
+	if code != 200 {
+		t.Fatalf("second stream: %d", code)
+	}
+	code, closeThird := open("cookie")
+	closeThird()
+	if code != http.StatusTooManyRequests {
+		t.Fatalf("a third stream of one sign-in: %d, want 429", code)
+	}
+	code, closeBearer := open("bearer")
+	defer closeBearer()
+	if code != 200 {
+		t.Fatalf("a stream with the bearer token beside them: %d", code)
+	}
+	closeFirst()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		code, done := open("cookie")
+		if code != 200 {
+			done()
+			return fmt.Errorf("a stream once one was closed: %d", code)
+		}
+		t.Cleanup(done)
+		return nil
+	})
 }
 
 type httpClient struct {

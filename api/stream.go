@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,9 @@ const (
 	// DefaultMaxStreams bounds the status streams one process serves at
 	// once.
 	DefaultMaxStreams = 64
+	// DefaultMaxStreamsPerSignIn bounds the status streams of one
+	// sign-in at once (a dashboard tab holds one).
+	DefaultMaxStreamsPerSignIn = 8
 	// streamBuffer bounds the changes waiting for a slow client; past it
 	// the client is told to read the list again (event resync).
 	streamBuffer = 256
@@ -35,10 +39,14 @@ const (
 // session and status parameters select. A client too slow for the
 // changes gets "event: resync" and should read the list again. The
 // stream ends when the client goes or cfg.Stop closes; at most
-// cfg.MaxStreams run at once (503 beyond), apart from the gate's pools,
-// which bound requests, not streams.
+// cfg.MaxStreams run at once (503 beyond), and at most
+// cfg.MaxStreamsPerSignIn of one sign-in (429 beyond), apart from the
+// gate's pools, which bound requests, not streams.
 func (s *Service) streamRoute(cfg HTTPConfig) http.Handler {
 	slots := make(chan struct{}, cfg.MaxStreams)
+	var mu sync.Mutex
+	held := map[string]int{} // streams open by sign-in
+	signIns, _ := cfg.Sessions.(SignIns)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		fail := func(err error) {
@@ -75,6 +83,26 @@ func (s *Service) streamRoute(cfg HTTPConfig) http.Handler {
 		if err != nil {
 			fail(err)
 			return
+		}
+		if key := ""; signIns != nil && r.Header.Get("Authorization") == "" {
+			if key = signIns.SignIn(r); key != "" {
+				mu.Lock()
+				if held[key] >= cfg.MaxStreamsPerSignIn {
+					mu.Unlock()
+					w.Header().Set("Retry-After", "5")
+					fail(errorf(http.StatusTooManyRequests, "status streams: this sign-in holds %d open already, the most at once; close a tab", cfg.MaxStreamsPerSignIn))
+					return
+				}
+				held[key]++
+				mu.Unlock()
+				defer func() {
+					mu.Lock()
+					if held[key]--; held[key] == 0 {
+						delete(held, key)
+					}
+					mu.Unlock()
+				}()
+			}
 		}
 		select {
 		case slots <- struct{}{}:

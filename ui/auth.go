@@ -226,6 +226,18 @@ func (a *Auth) Authenticate(r *http.Request) error {
 	return nil
 }
 
+// SignIn names the sign-in of a request with a valid session cookie (a
+// digest of the cookie, the same for every request of that browser's
+// session); empty without one. It implements api.SignIns, which bounds
+// the status streams one sign-in holds open.
+func (a *Auth) SignIn(r *http.Request) string {
+	v, ok := a.session(r)
+	if !ok {
+		return ""
+	}
+	return digest(v)
+}
+
 // sameOrigin refuses a request its browser says comes from another site.
 func sameOrigin(r *http.Request) error {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {

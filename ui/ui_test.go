@@ -259,6 +259,12 @@ func TestAuthenticate(t *testing.T) {
 	if err := other.Authenticate(req); err == nil {
 		t.Error("another token's auth admits this token's session")
 	}
+	// The sign-in the API bounds streams by: one per session cookie,
+	// none for a cookie that signs nobody in.
+	if other.SignIn(req) != "" || s.auth.SignIn(req) == "" || s.auth.SignIn(req) == b.Jar.Cookies(mustURL(s.URL))[0].Value {
+		t.Errorf("sign-in %q (another token's %q)", s.auth.SignIn(req), other.SignIn(req))
+	}
+	var _ api.SignIns = s.auth
 	// Sign out takes the token too.
 	if resp, _ := send(t, b, "POST", s.URL+"/ui/logout", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, ""); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("sign out without the token: %d", resp.StatusCode)
