@@ -279,6 +279,11 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 			return false, fmt.Errorf("worker: retention of %s: purge applied control messages up to %d: %w", ref, st.CtlSeq, err)
 		}
 	}
+	// Its delegation ledger account (of a run that ended: a new run
+	// opens its own) goes with it.
+	if err := w.ledger.Delete(ctx, ref); err != nil {
+		return false, fmt.Errorf("worker: retention of %s: %w", ref, err)
+	}
 	kvs, err := w.js.Stream(ctx, streams.KVStream(w.names.BucketSessions()))
 	if err != nil {
 		return false, fmt.Errorf("worker: retention of %s: %w", ref, err)
@@ -292,10 +297,6 @@ func (w *Worker) removeSession(ctx context.Context, ref streams.SessionRef, pol 
 		retentionPurged(ref)
 	}
 	_ = os.RemoveAll(workFolder(w.cfg.WorkDir, ref))
-	// Its delegation ledger account goes with it.
-	if err := w.ledger.Delete(ctx, ref); err != nil {
-		w.log.Warn("retention: delete the session's ledger account", "agent", ref.Agent, "session", ref.Session, "err", err)
-	}
 	// The lease last: until it goes, no worker takes the name.
 	if err := w.leases.kv.Purge(ctx, ls.key); err == nil {
 		released = true

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/internal/natstest"
+	jlledger "github.com/jetloop/jetloop/ledger"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/schedule"
@@ -430,8 +431,8 @@ func TestRetentionDecidesOnWhatItRead(t *testing.T) {
 
 // A removal cut short right after it purged a session's records (the
 // worker died, or its context ended) leaves nothing behind that no pass
-// would find again: no status index entry for the session, none of its
-// consumed events.
+// would find again: no status index entry for the session, no ledger
+// account, none of its consumed events.
 func TestRetentionCutShortLeavesNoStrays(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -462,6 +463,14 @@ func TestRetentionCutShortLeavesNoStrays(t *testing.T) {
 		}
 		return nil
 	})
+	// Its run's delegation account.
+	led, err := jlledger.Open(ctx, e.js, e.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.OpenAccount(ctx, ref, "run-1", jlledger.Ceiling{}, jlledger.Part{}); err != nil {
+		t.Fatal(err)
+	}
 	pctx, cut := context.WithCancel(ctx)
 	defer cut()
 	worker.OnRetentionPurged(t, func(streams.SessionRef) { cut() })
@@ -477,6 +486,9 @@ func TestRetentionCutShortLeavesNoStrays(t *testing.T) {
 	}
 	if ks := indexed(); len(ks) != 0 {
 		t.Fatalf("the status index still lists the removed session: %v", ks)
+	}
+	if _, err := led.Get(ctx, ref); !errors.Is(err, jlledger.ErrNotFound) {
+		t.Fatalf("the removed session's ledger account: %v", err)
 	}
 	in, err := e.js.Stream(ctx, e.names.StreamIn())
 	if err != nil {
