@@ -42,8 +42,10 @@ type Retained struct {
 // no input or control message it has not consumed) that rested longer
 // than max_age, or beyond the max_count that rested least long, is
 // removed with every record it has: its state, transcript and notes in
-// jl_sessions, its blobs, its consumed messages in JL_IN and JL_CTL, its
-// lease and its work folder here. A session that is working, blocked,
+// jl_sessions, its blobs, its status index entry, its ledger account,
+// its consumed messages in JL_IN and JL_CTL, its lease and its work
+// folder here; everything only the state leads a pass to goes before the
+// state, so a removal cut short is finished by the next pass. A session that is working, blocked,
 // paused or queued is never touched, and each removal holds the
 // session's lease, so no worker runs it meanwhile, and finds the state
 // the pass decided on (one that changed since waits for the next pass);
