@@ -277,6 +277,26 @@ triggers:
     session: event.subject
 `
 
+// hostileAgent answers, and runs a tool whose result is, markup.
+const hostileAgent = `name: hostile
+description: Answers with markup.
+model:
+  provider: scripted
+  script:
+    - text: "<b>bold</b> answer"
+      tool_calls: [{name: shell, args: {command: "printf '%s' '<img src=x onerror=window.__xss=2>'"}}]
+      usage: {input_tokens: 10, output_tokens: 5}
+    - text: "<i>done</i>"
+      usage: {input_tokens: 10, output_tokens: 5}
+system: You answer.
+tools: [shell]
+budget: {max_turns: 4, max_tokens: 5000, deadline: 5m}
+triggers:
+  - name: request
+    when: event.type == "dev.jetloop.request"
+    session: event.subject
+`
+
 // slowAgent's first model call takes a while (time to interrupt it) and
 // asks for a result too large for the context, which goes to jl_blobs.
 const slowAgent = `name: slow
@@ -712,6 +732,37 @@ func TestDashboardInBrowser(t *testing.T) {
 		})
 		b.do("open its versions", chromedp.Click(chromedp.CSS(`tbody tr:has(a[href="#/sessions?agent=helper"]) button[aria-expanded]`)))
 		b.await("its history, newest first", `(() => { const t = [...document.querySelectorAll("table table, td table")].find((t) => t.querySelector("caption").textContent.startsWith("Versions of helper")); if (!t) return false; const v = [...t.querySelectorAll('td[data-label="Version"]')].map((td) => td.textContent); return v.join(" ") === "v2 v1"; })()`, 30*time.Second)
+		b.checkPage()
+	})
+
+	// Text from a session (its name, a message, the model's answer, a
+	// tool's result) is shown as text: markup in it builds no element
+	// and runs nothing.
+	t.Run("hostile text", func(t *testing.T) {
+		b.use(t)
+		c, err := policies.Parse("hostile.yaml", []byte(hostileAgent))
+		if err != nil {
+			t.Fatal(err)
+		}
+		putAgent(t, url, c.Definition)
+		const name = `q"u'ote<i>`
+		const message = `<img src=x onerror="window.__xss=1">`
+		sendTo("hostile", name, message)
+		waitShow("hostile/"+name, "done")
+		b.do("open the session", chromedp.Navigate(ready["http"]+`/ui/#/s/hostile/q%22u'ote%3Ci%3E`))
+		b.await("the tool's result as text", `[...document.querySelectorAll('.timeline li[data-kind="tool_result"]')].some((li) => li.textContent.includes("<img src=x onerror=window.__xss=2>"))`, 30*time.Second)
+		b.await("the message and the answer as text", `document.querySelector(".timeline").textContent.includes(`+"`"+message+"`"+`) && document.querySelector(".timeline").textContent.includes("<b>bold</b>")`, 30*time.Second)
+		if got := eval[string](b, `document.querySelector("h1").textContent`); !strings.Contains(got, name) {
+			t.Fatalf("heading %q, want the session's name %q as it is", got, name)
+		}
+		if n := eval[int](b, `document.querySelectorAll("main img, main b, main i, main [onerror]").length`); n != 0 {
+			t.Fatalf("%d elements built from the session's text", n)
+		}
+		b.do("open the list of its agent", chromedp.Navigate(ready["http"]+"/ui/#/sessions?agent=hostile"))
+		b.await("the session in the list", `[...document.querySelectorAll("tr[data-key]")].some((r) => r.dataset.key === `+"`hostile/"+name+"`"+`)`, 30*time.Second)
+		if eval[bool](b, `window.__xss !== undefined || document.querySelectorAll("main img, main i").length > 0`) {
+			t.Fatal("markup of the session's text ran or built an element")
+		}
 		b.checkPage()
 	})
 
