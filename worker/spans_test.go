@@ -109,6 +109,19 @@ func TestRunSpans(t *testing.T) {
 	if st := state(t, e, ref); tracing.SpanContextOf(st.Trace).SpanID() != run.SpanContext().SpanID() {
 		t.Fatalf("state trace %q, want the run span %v", st.Trace, run.SpanContext())
 	}
+	// No span carries what was said: the request, the model's answers,
+	// a tool's arguments (the ledger's note is the answer's text).
+	for _, sp := range rec.Ended() {
+		kvs := sp.Attributes()
+		for _, ev := range sp.Events() {
+			kvs = append(kvs, ev.Attributes...)
+		}
+		for _, kv := range kvs {
+			if v := kv.Value.Emit(); strings.Contains(v, "hello") || strings.Contains(v, "Looking.") || strings.Contains(v, "LGTM.") {
+				t.Errorf("span %s: attribute %s=%q carries the conversation", sp.Name(), kv.Key, v)
+			}
+		}
+	}
 }
 
 // TestApprovalContinuesTrace blocks a run for an approval: its span ends
