@@ -29,6 +29,10 @@ const (
 	// MaxLinks bounds the one-time links outstanding at once; minting
 	// one more forgets the oldest.
 	MaxLinks = 100
+	// MaxSignedOut bounds the signed-out sessions remembered until they
+	// would have expired; past it the one closest to expiring is
+	// forgotten (and would sign in again until then).
+	MaxSignedOut = 10000
 	// CookieName is the session cookie.
 	CookieName = "jetloop_session"
 	// CSRFHeader carries the page's CSRF token on every request that
@@ -52,6 +56,9 @@ type Auth struct {
 	// codes are the outstanding one-time codes, by their hash, with
 	// when each expires.
 	codes map[string]time.Time
+	// out are the sessions signed out before they expire, by their
+	// cookie's signature, with when each would have.
+	out map[string]time.Time
 }
 
 // AuthOption adjusts an Auth.
@@ -72,7 +79,7 @@ func NewAuth(token string, opts ...AuthOption) (*Auth, error) {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("jetloop dashboard session key v1"))
 	a := &Auth{token: token, key: m.Sum(nil), ttl: DefaultSessionTTL, link: DefaultLinkTTL, now: time.Now,
-		failures: rate.NewLimiter(rate.Limit(5), 20), codes: map[string]time.Time{}}
+		failures: rate.NewLimiter(rate.Limit(5), 20), codes: map[string]time.Time{}, out: map[string]time.Time{}}
 	for _, o := range opts {
 		o(a)
 	}
@@ -187,7 +194,47 @@ func (a *Auth) valid(v string) bool {
 		return false
 	}
 	exp, err := strconv.ParseInt(f[1], 10, 64)
-	return err == nil && a.now().Unix() < exp
+	if err != nil || a.now().Unix() >= exp {
+		return false
+	}
+	a.mu.Lock()
+	_, out := a.out[sig]
+	a.mu.Unlock()
+	return !out
+}
+
+// signOut makes session cookie v nobody's, wherever a copy of it is,
+// until it would have expired (in this process: another process that
+// serves the dashboard with the same token keeps admitting it until
+// then).
+func (a *Auth) signOut(v string) {
+	i := strings.LastIndexByte(v, '.')
+	f := strings.Split(v[:max(i, 0)], ".")
+	if i < 0 || len(f) != 3 {
+		return
+	}
+	exp, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return
+	}
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, e := range a.out {
+		if !e.After(now) {
+			delete(a.out, k)
+		}
+	}
+	for len(a.out) >= MaxSignedOut {
+		var soonest string
+		for k, e := range a.out {
+			if soonest == "" || e.Before(a.out[soonest]) {
+				soonest = k
+			}
+		}
+		delete(a.out, soonest)
+	}
+	a.out[v[i+1:]] = time.Unix(exp, 0)
 }
 
 // csrf is the CSRF token of session cookie v: the page holds it, a

@@ -45,7 +45,8 @@ var securityHeaders = map[string]string{
 //	GET  /ui/assets/…       stylesheet and script
 //	GET  /ui/login[?code=]  the login form; a one-time code signs in
 //	POST /ui/login          token=… signs in
-//	POST /ui/logout         signs out (CSRF token required)
+//	POST /ui/logout         signs out (CSRF token required): the
+//	                        cookie is refused from then on, copies too
 //
 // The page reads and acts through the API's routes, which take the
 // session cookie when MountHTTP's Sessions is a.
@@ -189,6 +190,9 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	if err := h.a.Authenticate(r); err != nil {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
+	}
+	if v, ok := h.a.session(r); ok {
+		h.a.signOut(v)
 	}
 	clearSession(w, r)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)

@@ -276,6 +276,12 @@ func TestAuthenticate(t *testing.T) {
 	if resp, _ := get(t, b, s.URL+"/v1/thing"); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("after signing out: %d", resp.StatusCode)
 	}
+	// The signed-out cookie is nobody's, also where it was copied.
+	copied, _ := http.NewRequest("GET", s.URL+"/v1/thing", nil)
+	copied.AddCookie(req.Cookies()[0])
+	if err := s.auth.Authenticate(copied); err == nil {
+		t.Fatal("a copy of the signed-out cookie is still signed in")
+	}
 }
 
 func mustURL(s string) *url.URL {
