@@ -126,8 +126,14 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		return nil, fmt.Errorf("register api metrics: %w", err)
 	}
 	// apply records MCP servers' catalogs from here, with this process's
-	// environment for their headers.
-	catalogs, err := mcp.NewPool(mcp.Options{Getenv: rt.Getenv, Logger: log})
+	// environment for their headers; a stdio server runs as a process
+	// tree recorded with the workers' tool processes, so the next worker
+	// here sweeps what a process killed during an apply left.
+	trees, err := rt.Trees(rt.workDir())
+	if err != nil {
+		return nil, err
+	}
+	catalogs, err := mcp.NewPool(mcp.Options{Getenv: rt.Getenv, Logger: log, Trees: trees})
 	if err != nil {
 		return nil, err
 	}

@@ -77,10 +77,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, fmt.Errorf("open bucket %s: %w", rt.Names.BucketSessions(), err)
 	}
 	getenv := rt.Getenv
-	workDir := getenv("JETLOOP_WORK_DIR")
-	if workDir == "" {
-		workDir = defaultWorkDir(rt)
-	}
+	workDir := rt.workDir()
 	trees, err := rt.Trees(workDir)
 	if err != nil {
 		return Component{}, err
@@ -917,6 +914,15 @@ var modelMetrics = sync.OnceValues(func() (*model.Metrics, error) {
 // JETLOOP_WORK_DIR sets none: <data>/work under `jetloop dev`, else a
 // folder of the temp dir named by the prefix and the servers, so two
 // deployments (or a test's and a user's) never share session folders.
+// workDir is the folder of the sessions' work folders: JETLOOP_WORK_DIR,
+// or the default.
+func (rt *Runtime) workDir() string {
+	if d := rt.Getenv("JETLOOP_WORK_DIR"); d != "" {
+		return d
+	}
+	return defaultWorkDir(rt)
+}
+
 func defaultWorkDir(rt *Runtime) string {
 	if rt.DataDir != "" {
 		return filepath.Join(rt.DataDir, "work")
