@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,8 +20,12 @@ import (
 // change, so the sessions in one status (of one agent) are a key filter
 // the server evaluates. The worker writes it right after the state write
 // that changes the status (Index.Set) and heals it whenever it takes a
-// session (Index.Heal), which repairs what a crash between the two writes
-// left; retention removes it with the session's other records. Counters
+// session (Index.Heal). Before the state write it marks the session
+// (Index.Mark, key _dirty.<agent>.<session>), and Set clears the mark: a
+// mark left behind is a crash (or a failed index write) between the two
+// writes, and Index.Marked lists those for a worker to heal, since a
+// session that came to rest may never be taken again. Retention removes
+// the entry with the session's other records. Counters
 // of a working session (turns, tokens, cost) are those of its last status
 // change; `jetloop show` reads the live ones.
 
@@ -40,6 +45,10 @@ const markerTTL = 5 * time.Minute
 // indexBuilt is the key that marks an index built from the states, for
 // deployments that had sessions before it existed.
 const indexBuilt = "_built"
+
+// dirtyPrefix begins the key of a session whose status is being changed:
+// _dirty.<agent>.<session>. It holds nothing.
+const dirtyPrefix = "_dirty."
 
 // Index is the status index in jl_status.
 type Index struct {
@@ -68,9 +77,43 @@ func (x *Index) Set(ctx context.Context, prev Status, st State) error {
 		return err
 	}
 	if prev != "" && prev != st.Status {
-		return x.remove(ctx, ref, prev)
+		if err := x.remove(ctx, ref, prev); err != nil {
+			return err
+		}
+	}
+	return x.unmark(ctx, ref)
+}
+
+// Mark records that session ref's status is about to change: until Set
+// (or Heal) clears it, Marked lists the session.
+func (x *Index) Mark(ctx context.Context, ref streams.SessionRef) error {
+	if _, err := x.kv.Put(ctx, dirtyPrefix+ref.Key(), nil); err != nil {
+		return fmt.Errorf("record: mark %s in the status index: %w", ref, err)
 	}
 	return nil
+}
+
+func (x *Index) unmark(ctx context.Context, ref streams.SessionRef) error {
+	if err := x.kv.Purge(ctx, dirtyPrefix+ref.Key(), jetstream.PurgeTTL(markerTTL)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("record: unmark %s in the status index: %w", ref, err)
+	}
+	return nil
+}
+
+// Marked returns the sessions whose mark (Mark) no Set or Heal cleared:
+// those whose index entry may not say what their state says.
+func (x *Index) Marked(ctx context.Context) ([]streams.SessionRef, error) {
+	lister, err := x.kv.ListKeysFiltered(ctx, dirtyPrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("record: list the marked sessions of the status index: %w", err)
+	}
+	var out []streams.SessionRef
+	for k := range lister.Keys() {
+		if ref, err := x.names.ParseSessionKey(strings.TrimPrefix(k, dirtyPrefix)); err == nil {
+			out = append(out, ref)
+		}
+	}
+	return out, nil
 }
 
 func (x *Index) put(ctx context.Context, ref streams.SessionRef, st State) error {
@@ -260,7 +303,7 @@ func Select(ctx context.Context, js jetstream.JetStream, names streams.Names, q 
 				continue
 			}
 			var s Summary
-			if m.Subject() == streams.KVSubject(bucket, indexBuilt) || json.Unmarshal(m.Data(), &s) != nil || !q.Since.IsZero() && s.Since.Before(q.Since) {
+			if m.Subject() == streams.KVSubject(bucket, indexBuilt) || strings.HasPrefix(m.Subject(), streams.KVSubject(bucket, dirtyPrefix)) || json.Unmarshal(m.Data(), &s) != nil || !q.Since.IsZero() && s.Since.Before(q.Since) {
 				continue
 			}
 			if len(out.Sessions) == q.Limit {

@@ -219,6 +219,11 @@ func (s *session) commit(ctx context.Context, entries []record.Entry, next recor
 		next.RunEnded = next.Updated
 	}
 	next.Owner = s.w.cfg.ID
+	if s.st.Status != next.Status {
+		// A crash before the index write below leaves this mark, by
+		// which a worker heals the entry (repairIndex).
+		s.w.markIndex(ctx, s.r.ref)
+	}
 	rev, err := s.w.store.Settle(ctx, s.r.ref, entries, next, s.rev)
 	if err != nil {
 		return err

@@ -3,7 +3,10 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
@@ -52,8 +55,65 @@ func (w *Worker) announce(ctx context.Context, ref streams.SessionRef, prev reco
 	}
 }
 
+// markIndex marks a session in the status index before the state write
+// that changes its status. A failure is logged: the change goes on, and
+// only a crash before its index write would leave the entry behind.
+func (w *Worker) markIndex(ctx context.Context, ref streams.SessionRef) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.index.Mark(ictx, ref); err != nil {
+		w.log.Warn("status index", "agent", ref.Agent, "session", ref.Session, "err", err)
+	}
+}
+
+// indexRepairEvery is how often a worker heals the index entries of the
+// sessions a crash (or a failed index write) left marked.
+const indexRepairEvery = time.Minute
+
+// repairIndex heals the index entries of the marked sessions of the
+// agents this worker serves that no worker holds: their status changed in
+// a process that died (or whose index write failed) before the index
+// said so. A held session is left to its owner, whose next status change
+// clears the mark, or to whoever takes it over, who heals it.
+func (w *Worker) repairIndex(ctx context.Context) {
+	refs, err := w.index.Marked(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("status index repair", "err", err)
+		}
+		return
+	}
+	healed := 0
+	for _, ref := range refs {
+		if ctx.Err() != nil {
+			return
+		}
+		if !w.serves(ref.Agent) {
+			continue
+		}
+		if _, err := w.leases.kv.Get(ctx, w.names.LeaseKey(ref)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		st, _, err := w.store.Load(ctx, ref)
+		switch {
+		case errors.Is(err, record.ErrNotFound):
+			err = w.index.Remove(ctx, ref)
+		case err == nil:
+			err = w.index.Heal(ctx, st)
+		}
+		if err != nil {
+			w.log.Warn("status index repair", "agent", ref.Agent, "session", ref.Session, "err", err)
+			continue
+		}
+		healed++
+	}
+	if healed > 0 {
+		w.log.Info("status index entries healed", "sessions", healed)
+	}
+}
+
 // indexStatus records a status change in the status index. A failure is
-// logged: the next worker to take the session heals the entry.
+// logged: the mark markIndex left has the entry healed (repairIndex).
 func (w *Worker) indexStatus(ctx context.Context, prev record.Status, next record.State) {
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -191,6 +191,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		case n > 0:
 			w.log.Info("status index built from the sessions' states", "sessions", n)
 		}
+		t := time.NewTicker(indexRepairEvery)
+		defer t.Stop()
+		for {
+			w.repairIndex(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
 	})
 	w.log.Info("worker running", "agents", agentsLabel(w.cfg.Agents))
 	var err error
