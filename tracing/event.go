@@ -19,11 +19,14 @@ const (
 )
 
 // Inject sets e's traceparent (and tracestate) extension to the span
-// context of ctx; without a valid one it leaves e as it is.
+// context of ctx, replacing the sender's (a tracestate of the sender's
+// does not stay beside a traceparent of ours); without a valid one it
+// leaves e as it is.
 func Inject(ctx context.Context, e *event.Event) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
+	e.SetExtension(ExtTraceState, nil)
 	propagator.Inject(ctx, eventCarrier{e})
 }
 
@@ -46,6 +49,7 @@ func InjectHeader(ctx context.Context, h nats.Header) {
 	if h == nil || !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
+	nats.Header(h).Del("ce-" + ExtTraceState)
 	propagator.Inject(ctx, headerCarrier(h))
 }
 

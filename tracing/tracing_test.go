@@ -80,7 +80,13 @@ func TestEventRoundTrip(t *testing.T) {
 	e.SetID("1")
 	e.SetSource("/t")
 	e.SetType("t")
+	// The sender's own trace context is replaced, its tracestate too.
+	e.SetExtension(tracing.ExtTraceParent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	e.SetExtension(tracing.ExtTraceState, "big="+strings.Repeat("x", 250))
 	tracing.Inject(ctx, &e)
+	if _, ok := e.Extensions()[tracing.ExtTraceState]; ok {
+		t.Fatalf("the sender's tracestate stays beside the span's traceparent: %v", e.Extensions())
+	}
 	m, err := events.ToMsg("jl.in.a.b", e)
 	if err != nil {
 		t.Fatal(err)
