@@ -630,6 +630,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		b.await("the result's loader", `!!document.querySelector('`+load+`')`, 30*time.Second)
 		b.do("load the result", chromedp.Click(chromedp.CSS(load)))
 		b.await("its first page", `document.querySelector('`+load+`').textContent.startsWith("Load more (")`, 30*time.Second)
+		// The loader counts what it shows.
+		first := eval[string](b, `document.querySelector('.timeline li[data-kind="tool_result"] .row + pre').textContent`)
+		more := eval[string](b, `document.querySelector('`+load+`').textContent`)
+		if !strings.HasPrefix(more, fmt.Sprintf("Load more (%s of ", thousands(len(first)))) {
+			t.Fatalf("after its first page (%d bytes) the loader says %q", len(first), more)
+		}
 		b.do("load the rest", chromedp.Click(chromedp.CSS(load)))
 		b.await("the whole result", `document.querySelector('`+load+`').textContent.startsWith("Whole result shown (")`, 30*time.Second)
 		text := eval[string](b, `document.querySelector('.timeline li[data-kind="tool_result"] .row + pre').textContent`)

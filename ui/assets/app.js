@@ -541,7 +541,7 @@ function blobLoader(agent, session, handle) {
       pre.hidden = false;
       pre.append(r.text);
       offset = r.next || 0;
-      button.textContent = `Load more (${num(r.size - (r.next || r.size))} of ${num(r.size)} bytes shown)`;
+      button.textContent = `Load more (${num(r.next || r.size)} of ${num(r.size)} bytes shown)`;
       button.disabled = !r.next;
       if (!r.next) button.textContent = `Whole result shown (${num(r.size)} bytes)`;
     } catch (err) {
