@@ -565,6 +565,11 @@ func (s *Service) deadLetters(ctx context.Context, req DLQRequest) (DLQResponse,
 			return DLQResponse{}, errorf(http.StatusBadRequest, "dlq: %v", err)
 		}
 	}
+	if len(req.Seqs) > 0 && (req.Reason != "" || !req.Since.IsZero() || req.Agent != "" || req.From != 0 || req.Limit != 0) {
+		// A filter taken and then ignored would redrive letters it does
+		// not select.
+		return DLQResponse{}, errorf(http.StatusBadRequest, "dlq %s: name letters by sequence (%v) or select them by reason, since, agent, from and limit, not both", req.Action, req.Seqs)
+	}
 	switch req.Action {
 	case "":
 		if req.Limit < 0 || req.Limit > dlq.MaxLimit {

@@ -264,6 +264,7 @@ type DLQRequest struct {
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// Reason, Since and Agent select letters to list, or to redrive when
 	// no Seqs are given (a redrive by filter needs at least one of them).
+	// With Seqs, they, From and Limit are refused (400), never ignored.
 	Reason string    `json:"reason,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
 	Agent  string    `json:"agent,omitempty"`

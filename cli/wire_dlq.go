@@ -21,7 +21,7 @@ func dlqCommands() []command {
 	}
 }
 
-const dlqSynopsis = "ls|show SEQ|redrive [SEQ...] [--reason R] [--since T] [--agent A] [flags]"
+const dlqSynopsis = "ls [--reason R] [--since T] [--agent A]|show SEQ|redrive SEQ...|redrive --reason R|--since T|--agent A [flags]"
 
 func runDLQ(ctx context.Context, env *Env, args []string) error {
 	var reason, since, agent string
