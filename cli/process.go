@@ -257,9 +257,14 @@ func provision(ctx context.Context, js jetstream.JetStream, opts streams.Options
 	return nil
 }
 
-// serveHTTP serves h on l until ctx ends, then shuts down gracefully.
+// serveHTTP serves h on l until ctx ends, then shuts down gracefully. The
+// connections are bounded in total and per remote address (gate.Conns):
+// idle keep-alive connections give way to new ones.
 func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	conns := gate.LimitConns(l, gate.ConnLimits{})
+	l = conns
 	srv := &http.Server{
+		ConnState:         conns.ConnState,
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

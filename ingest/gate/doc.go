@@ -12,7 +12,8 @@
 // the slots or bytes of authenticated traffic, and one address cannot take
 // the whole unverified pool. A receiver can also refuse, before anything
 // else, every address outside a list of networks (GitHub's published hook
-// ranges, say).
+// ranges, say). Conns bounds a listener's open connections in total and
+// per address, idle keep-alive connections giving way to new ones.
 //
 // Gate does not verify credentials (the receivers do, since only they know
 // which), parse bodies or rate-limit events (package admission does).
