@@ -77,7 +77,7 @@ type browser struct {
 	dialogs []string
 }
 
-func newBrowser(t *testing.T, path string) *browser {
+func newBrowser(t *testing.T, path string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
@@ -94,6 +94,7 @@ func newBrowser(t *testing.T, path string) *browser {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	ctx, cancelTime := context.WithTimeout(ctx, 4*time.Minute)
@@ -376,7 +377,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	path := chromium(t)
 	bin := buildJetloop(t)
-	p := startProc(t, bin, devArgs(t.TempDir())...)
+	data := t.TempDir()
+	p := startProc(t, bin, devArgs(data)...)
 	ready := p.waitReady(time.Minute)
 	link := dashboardLink(t, p)
 	if !strings.HasPrefix(link, ready["http"]+"/ui/login?code=") || ready["ui"] != ready["http"]+"/ui/" {
@@ -770,6 +772,34 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal("markup of the session's text ran or built an element")
 		}
 		b.checkPage()
+	})
+
+	// Served over plain HTTP under a name that is not loopback (a
+	// deployment without TLS), the page is no secure context: signing
+	// in with the token and acting still work.
+	t.Run("insecure origin", func(t *testing.T) {
+		token, err := os.ReadFile(filepath.Join(data, "api-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := "http://jetloop.test:" + ready["http"][strings.LastIndexByte(ready["http"], ':')+1:]
+		b := newBrowser(t, path, chromedp.Flag("host-resolver-rules", "MAP jetloop.test 127.0.0.1"))
+		b.do("open the login form", chromedp.Navigate(host+"/ui/login"))
+		b.await("the form, in no secure context", `!!document.querySelector("#token") && window.isSecureContext === false`, 30*time.Second)
+		b.do("sign in with the token", chromedp.SendKeys(chromedp.ID("token"), strings.TrimSpace(string(token))), chromedp.Submit(chromedp.ID("token")),
+			chromedp.WaitVisible(chromedp.CSS("header.top")))
+		b.await("signed in", `location.pathname === "/ui/" && !!document.querySelector("h1")`, 30*time.Second)
+		row := `[...document.querySelectorAll("tbody tr")].find((tr) => tr.textContent.includes("monitor/health"))`
+		b.do("open the schedules", chromedp.Navigate(host+"/ui/#/schedules"))
+		b.await("monitor/health", `(() => { const r = `+row+`; return !!r && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.do("press Suspend", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button`)))
+		b.await("suspended", `(() => { const r = `+row+`; return !!r && r.textContent.includes("Resume"); })()`, 30*time.Second)
+		b.do("press Resume", chromedp.Click(chromedp.CSS(`tbody tr:has(button) td:last-child button.primary`)))
+		b.await("resumed", `(() => { const r = `+row+`; return !!r && r.textContent.includes("Suspend"); })()`, 30*time.Second)
+		b.checkPage()
+		b.do("sign out", chromedp.Click(chromedp.CSS(`form.signout button`)), chromedp.WaitVisible(chromedp.ID("token")))
+		b.await("signed out", `location.pathname === "/ui/login"`, 30*time.Second)
+		b.await("the API refuses the signed-out browser", `(() => { if (window.__after === undefined) { window.__after = 0; fetch("/v1/agents").then((r) => { window.__after = r.status; }); } return window.__after === 401; })()`, 30*time.Second)
 	})
 
 	t.Run("views", func(t *testing.T) {

@@ -29,12 +29,16 @@ var static = func() fs.FS {
 
 // securityHeaders are set on every response of the dashboard: nothing
 // from elsewhere runs or loads, the page cannot be framed, and no URL
-// (a login link's code) leaks to another site.
+// (a login link's code) leaks to another site. The referrer policy is
+// same-origin, not no-referrer: under no-referrer a browser posts the
+// page's forms (sign in, sign out) with Origin: null, and in no secure
+// context (plain HTTP to a name that is not loopback) without
+// Sec-Fetch-Site either, so they could not be told from another site's.
 var securityHeaders = map[string]string{
 	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 		"base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
 	"X-Content-Type-Options": "nosniff",
-	"Referrer-Policy":        "no-referrer",
+	"Referrer-Policy":        "same-origin",
 	"X-Frame-Options":        "DENY",
 }
 

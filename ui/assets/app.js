@@ -21,12 +21,20 @@ class APIError extends Error {
   }
 }
 
+// newKey is a random idempotency key. crypto.randomUUID exists only in a
+// secure context (HTTPS, loopback); getRandomValues everywhere, so the
+// page acts over plain HTTP as well.
+function newKey() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
 async function api(path, { method = "GET", body, key } = {}) {
   const headers = { Accept: "application/json" };
   if (method !== "GET") {
     headers["X-CSRF-Token"] = csrf;
     headers["Content-Type"] = "application/json";
-    headers["Idempotency-Key"] = key || crypto.randomUUID();
+    headers["Idempotency-Key"] = key || newKey();
   }
   const resp = await fetch(path, {
     method, headers, credentials: "same-origin",
