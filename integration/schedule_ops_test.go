@@ -152,7 +152,7 @@ func farCron(now time.Time) string {
 // nothing more; another runs again.
 func TestScheduleTrigger(t *testing.T) {
 	e := newOpsEnv(t)
-	e.put(t, "mon", policies.Schedule{Name: "nightly", Cron: farCron(time.Now())})
+	e.put(t, "mon", policies.Schedule{Name: "nightly", Cron: farCron(time.Now())}, policies.Schedule{Name: "pulse", Cron: "@every 1h"})
 	e.reconcile(t)
 	e.startWorker(t, "mon")
 	ctx := context.Background()
@@ -188,6 +188,9 @@ func TestScheduleTrigger(t *testing.T) {
 		{api.SchedulesRequest{Action: api.ScheduleTrigger, Agent: "nobody", Schedule: "x"}, api.ErrNotFound, `no agent "nobody"`},
 		{api.SchedulesRequest{Action: api.ScheduleBackfill, Agent: "mon", Schedule: "nightly", From: time.Now().Add(time.Hour), To: time.Now().Add(2 * time.Hour)}, api.ErrBadRequest, "in the future"},
 		{api.SchedulesRequest{Action: api.ScheduleBackfill, Agent: "mon", Schedule: "nightly", From: time.Now().Add(-2000 * time.Hour), To: time.Now()}, api.ErrBadRequest, "more than 1000 slots"},
+		// The server counts an @every schedule's slots from its last fire:
+		// a backfill could not tell which of its slots ran.
+		{api.SchedulesRequest{Action: api.ScheduleBackfill, Agent: "mon", Schedule: "pulse", From: time.Now().Add(-3 * time.Hour), To: time.Now()}, api.ErrBadRequest, "no fixed times"},
 	} {
 		_, err := e.client.Schedules(ctx, tt.req)
 		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.says) {

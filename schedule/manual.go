@@ -30,10 +30,17 @@ func TriggerTick(names streams.Names, s Spec, id string, now time.Time) (*nats.M
 // BackfillTicks returns one tick of s for every slot from from (included)
 // to to (excluded), oldest first, each the tick the server fires for that
 // slot (so its id is the one the server's tick of the slot has: a slot
-// that ran runs once) with HeaderKind backfill. At most MaxBackfill.
+// that ran runs once) with HeaderKind backfill. At most MaxBackfill. An
+// @every pattern is refused: its slots have no fixed times.
 func BackfillTicks(names streams.Names, s Spec, from, to time.Time) ([]*nats.Msg, []Tick, error) {
 	if !from.Before(to) {
 		return nil, nil, fmt.Errorf("schedule: backfill %s/%s: from %s is not before to %s", s.Agent, s.Schedule, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	if every := s.pattern.Every(); every > 0 {
+		// The server counts an @every schedule's slots from its last fire
+		// (from now after a restart): slots counted from from would carry
+		// ids no tick that ran has, and run again.
+		return nil, nil, fmt.Errorf("schedule: backfill %s/%s: the slots of %s have no fixed times (the server counts them from its last fire), so a backfill cannot tell those that ran: use a cron pattern, or schedules trigger", s.Agent, s.Schedule, s.pattern.Expr)
 	}
 	var msgs []*nats.Msg
 	var ticks []Tick
