@@ -275,7 +275,51 @@ mcp_servers:
 			t.Fatalf("echo reached the server %d times, want 2 (the changed tool must not run)", n)
 		}
 		c := auditChange(t, url, "mcp-restart")
-		if c.Mounted != "restarting.echo" || c.Kind != mcp.ChangeDescription || c.Now != r.desc || c.Session != "s1" {
+		if c.Mounted != "restarting.echo" || c.Kind != mcp.ChangeDescription || c.Now != r.desc || c.Session != "s1" || !c.Withheld {
+			t.Fatalf("audit record %+v", c)
+		}
+	})
+
+	t.Run("on_change follow: a changed description is recorded and the call runs", func(t *testing.T) {
+		r := startMCP(t, "following")
+		gates := t.TempDir()
+		apply(t, bin, url, fmt.Sprintf(`name: mcp-follow
+tools: [shell]
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: following.echo, args: {text: one}}]
+    - tool_calls: [{name: shell, args: {command: "while [ ! -f %[2]s/go ]; do sleep 0.02; done"}}]
+    - tool_calls: [{name: following.echo, args: {text: two}}]
+    - text: Done.
+mcp_servers:
+  - {name: following, url: %[1]s, tools: [echo], on_change: follow}
+`, r.http.URL, gates))
+		if _, err := jetloopCmd(t, bin, "send", "--server", url, "mcp-follow", "s1", "go"); err != nil {
+			t.Fatal(err)
+		}
+		r.rec.Wait(t, "call", "echo", time.Minute)
+		r.http.Stop()
+		r.desc = "Echo the text, and say it twice."
+		r.http.Start()
+		if err := os.WriteFile(filepath.Join(gates, "go"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := waitStatus(t, bin, url, "mcp-follow/s1", "done")
+		var echoes []string
+		for _, e := range results(s) {
+			if e["name"] == "following.echo" {
+				echoes = append(echoes, fmt.Sprint(e["result"]))
+			}
+		}
+		if strings.Join(echoes, "|") != "one|two" {
+			t.Fatalf("echo results %q, want one|two (on_change: follow)", echoes)
+		}
+		if n := r.rec.Count("call", "echo"); n != 2 {
+			t.Fatalf("echo reached the server %d times, want 2", n)
+		}
+		c := auditChange(t, url, "mcp-follow")
+		if c.Mounted != "following.echo" || c.Kind != mcp.ChangeDescription || c.Now != r.desc || c.Session != "s1" || c.Withheld {
 			t.Fatalf("audit record %+v", c)
 		}
 	})

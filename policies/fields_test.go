@@ -101,6 +101,7 @@ var fieldEffects = map[string][]string{
 	"mcp_servers.tools":       {"tools/mcp/TestAdmitRefusesWhatCannotBeAdmitted", "integration/TestDevAgentUsesMCPServers"},
 	"mcp_servers.replay_safe": {"integration/TestDevKillDuringMCPCall"},
 	"mcp_servers.timeout":     {"integration/TestDevAgentUsesMCPServers"},
+	"mcp_servers.on_change":   {"tools/mcp/TestChangedDescriptionOnReconnectIsFollowedAndRecorded", "integration/TestDevAgentUsesMCPServers"},
 
 	"concurrency.limit": {"worker/TestConcurrencyLimitAcrossWorkers", "integration/TestDevFlowControl"},
 	"concurrency.key":   {"worker/TestConcurrencyKeyAndWaitingHoldNoSlot"},

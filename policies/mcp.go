@@ -55,12 +55,30 @@ type MCPServer struct {
 	// Timeout bounds one call (and the connection it may need first);
 	// default the worker's tool timeout.
 	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
+	// OnChange is what a call of an admitted tool does once the server
+	// describes it otherwise than the catalog recorded at apply (another
+	// description or schema): "withhold" (the default: it does not reach
+	// the server until the definition is applied again) or "follow" (it
+	// reaches the server). Either way the change is recorded and the model
+	// is shown the recorded catalog; a tool the server no longer offers is
+	// refused under both.
+	OnChange string `yaml:"on_change,omitempty" json:"on_change,omitempty"`
 
 	// Catalog is what the server said of each admitted tool when the
 	// definition was applied: the only descriptions and schemas the model
 	// is shown. It is recorded at apply, never written in YAML.
 	Catalog []MCPTool `yaml:"-" json:"catalog,omitempty"`
 }
+
+// What MCPServer.OnChange takes.
+const (
+	MCPOnChangeWithhold = "withhold"
+	MCPOnChangeFollow   = "follow"
+)
+
+// Follows reports whether the server's changed tools are still called
+// (on_change: follow) rather than withheld.
+func (s MCPServer) Follows() bool { return s.OnChange == MCPOnChangeFollow }
 
 // MCPTool is one admitted tool of a server as recorded at apply.
 type MCPTool struct {
@@ -145,6 +163,8 @@ var (
 	headerRE    = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]{1,128}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	maxMountLen = 63
+
+	mcpOnChanges = []string{"", MCPOnChangeWithhold, MCPOnChangeFollow}
 )
 
 // checkMCP validates mcp_servers, and tools that name an MCP tool.
@@ -217,6 +237,9 @@ func checkMCP(c *checker, d Definition) {
 			}
 		}
 		checkMCPTools(c, f, s)
+		if !oneOf(s.OnChange, mcpOnChanges) {
+			c.addf(f+".on_change", "%q: want withhold (the default) or follow", s.OnChange)
+		}
 		if s.Timeout.D() > MaxMCPTimeout {
 			c.addf(f+".timeout", "%s: at most %s", s.Timeout.D(), MaxMCPTimeout)
 		}

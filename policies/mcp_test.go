@@ -74,6 +74,7 @@ func TestParseMCPServerErrors(t *testing.T) {
 		{"env on url", head + "  - {name: a, url: http://h/mcp, env: {A: B}, tools: [x]}\n", 4, "mcp_servers[0].env", "only a command server"},
 		{"env value not a variable", head + "  - name: a\n    command: [x]\n    env: {TOKEN: 'abc def'}\n    tools: [x]\n", 6, "mcp_servers[0].env.TOKEN", "name of the worker's environment variable"},
 		{"env the runtime sets", head + "  - name: a\n    command: [x]\n    env: {PATH: P}\n    tools: [x]\n", 6, "mcp_servers[0].env.PATH", "set by the runtime"},
+		{"on_change", head + "  - name: a\n    url: http://h/mcp\n    tools: [x]\n    on_change: ignore\n", 7, "mcp_servers[0].on_change", "want withhold (the default) or follow"},
 		{"unknown field", head + "  - {name: a, url: http://h/mcp, tools: [x], tool: [y]}\n", 4, "", "unknown field"},
 	}
 	for _, tt := range tests {

@@ -47,7 +47,8 @@ func (w *Worker) newMCP() error {
 }
 
 // recordCatalogChange writes a catalog change to JL_AUDIT. The tool is
-// withheld whether or not the record is written; a failure is logged.
+// withheld (or, under on_change: follow, called) whether or not the record
+// is written; a failure is logged.
 func (w *Worker) recordCatalogChange(c mcp.Change) {
 	log := w.log.With("agent", c.Agent, "session", c.Session)
 	subj, err := w.names.Audit(AuditMCPCatalog, c.Agent)

@@ -461,14 +461,18 @@ func (c *conn) setLive(live map[string]liveTool, when string, gen int) {
 		c.noted[note] = true
 		changes = append(changes, Change{
 			Agent: c.key.agent, Session: c.key.session, Server: c.srv.Name, Tool: name, Mounted: c.srv.Mount(name),
-			Kind: kind, Recorded: recordedOf(e, kind), Now: now, Found: when, Time: time.Now().UTC(),
+			Kind: kind, Recorded: recordedOf(e, kind), Now: now, Found: when,
+			Withheld: kind == ChangeRemoved || !c.srv.Follows(), Time: time.Now().UTC(),
 		})
 	}
 	c.liveMu.Unlock()
 	for _, ch := range changes {
 		c.p.metrics.changes.WithLabelValues(c.srv.Name, ch.Kind).Inc()
-		c.log.Warn("MCP tool changed on the server since it was applied; withheld until the agent is applied again",
-			"tool", ch.Mounted, "change", ch.Kind, "found", when)
+		msg := "MCP tool changed on the server since it was applied; withheld until the agent is applied again"
+		if !ch.Withheld {
+			msg = "MCP tool changed on the server since it was applied; its calls still reach the server (on_change: follow), the model is shown the recorded catalog"
+		}
+		c.log.Warn(msg, "tool", ch.Mounted, "change", ch.Kind, "found", when)
 		if c.p.opts.OnChange != nil {
 			c.p.opts.OnChange(ch)
 		}
@@ -479,18 +483,29 @@ func (c *conn) setLive(live map[string]liveTool, when string, gen int) {
 // changed, its change is recorded and it stays withheld until the agent is
 // applied again; otherwise the server's list could not be read, and is
 // asked for again at the next call.
+//
+// A server declared on_change: follow withholds only a tool it no longer
+// offers: another description or schema is recorded (setLive) and the call
+// goes on, and so does a call while the list cannot be read (a tool that
+// is gone is then refused by the server itself).
 func (c *conn) withheld(e policies.MCPTool) (why string, changed bool) {
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
+	follow := c.srv.Follows()
 	if c.listErr != nil {
+		if follow {
+			return "", false
+		}
 		return fmt.Sprintf("the server's tool list could not be read after it changed (%v)", c.listErr), false
 	}
 	kind, _ := compare(e, c.live)
-	switch kind {
-	case "":
+	switch {
+	case kind == "":
 		return "", false
-	case ChangeRemoved:
+	case kind == ChangeRemoved:
 		return "the server no longer offers it", true
+	case follow:
+		return "", false
 	default:
 		return fmt.Sprintf("its %s on the server differs from the one recorded when the agent was applied", kind), true
 	}

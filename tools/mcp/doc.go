@@ -29,7 +29,12 @@
 // description or schema differs, or that is gone, is withheld (its calls
 // answer an error and do not reach the server) and the change is reported
 // once per connection (Options.OnChange; the worker writes it to
-// JL_AUDIT), until a definition recording the new catalog is applied.
+// JL_AUDIT), until a definition recording the new catalog is applied. A
+// server declared on_change: follow has the change reported the same way,
+// but a tool it still offers is not withheld: its calls reach the server,
+// while the model keeps being shown the recorded catalog (what the
+// definition admitted), so no text of the server's reaches the model
+// unreviewed.
 //
 // Calls: a cancel of the call's context stops the wait at once and the SDK
 // sends notifications/cancelled for the request. A call the server cannot

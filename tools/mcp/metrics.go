@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		}, []string{"server", "outcome"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "mcp", Name: "catalog_changes_total",
-			Help: "Admitted MCP tools found changed on their server (and withheld), by server and kind.",
+			Help: "Admitted MCP tools found changed on their server (withheld unless the server is declared on_change: follow), by server and kind.",
 		}, []string{"server", "kind"}),
 	}
 }

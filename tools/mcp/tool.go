@@ -28,7 +28,9 @@ const (
 // Change is an admitted tool that a server describes otherwise than the
 // catalog recorded when the agent was applied. The tool is withheld from
 // the session's calls until a definition recording the new catalog is
-// applied and runs.
+// applied and runs, unless the server is declared on_change: follow and
+// the tool is still offered: then its calls reach the server. The model
+// is shown the recorded catalog either way.
 type Change struct {
 	Agent   string `json:"agent"`
 	Session string `json:"session"`
@@ -44,8 +46,11 @@ type Change struct {
 	Recorded string `json:"recorded,omitempty"`
 	Now      string `json:"now,omitempty"`
 	// Found is "connect" or "list_changed".
-	Found string    `json:"found"`
-	Time  time.Time `json:"time"`
+	Found string `json:"found"`
+	// Withheld reports whether the tool's calls are refused (on_change:
+	// withhold, or the tool is gone) or still reach the server (follow).
+	Withheld bool      `json:"withheld"`
+	Time     time.Time `json:"time"`
 }
 
 // tool is one admitted tool of a server, for every session of an agent.
