@@ -178,6 +178,7 @@ func (s *Service) httpRoute(name string, cfg HTTPConfig, maxBody int64, fn func(
 		}
 		s.observe(name, "http", status, start)
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)
 		enc := json.NewEncoder(w)

@@ -139,6 +139,11 @@ func (c httpClient) do(method, path, auth, body string) (int, map[string]any) {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		c.t.Fatalf("%s %s: body: %v", method, path, err)
 	}
+	// A browser never reads an answer (a result's text) as anything but
+	// JSON.
+	if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" || resp.Header.Get("Content-Type") != "application/json" {
+		c.t.Errorf("%s %s: Content-Type %q, X-Content-Type-Options %q, want application/json and nosniff", method, path, resp.Header.Get("Content-Type"), got)
+	}
 	return resp.StatusCode, out
 }
 

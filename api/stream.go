@@ -57,6 +57,7 @@ func (s *Service) streamRoute(cfg HTTPConfig) http.Handler {
 			s.logFailure("stream", "http", e)
 			s.observe("stream", "http", e.Code, start)
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.WriteHeader(e.Code)
 			_ = json.NewEncoder(w).Encode(e)
 		}
@@ -138,6 +139,7 @@ func (s *Service) streamRoute(cfg HTTPConfig) http.Handler {
 		defer func() { _ = sub.Unsubscribe() }()
 		s.observe("stream", "http", http.StatusOK, start)
 		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("X-Accel-Buffering", "no")
 		w.WriteHeader(http.StatusOK)
