@@ -230,20 +230,32 @@ func children(ref streams.SessionRef, all []record.Summary, awaited []record.Chi
 	return out
 }
 
+// maxWaitReads bounds the states show reads below a session's children
+// to say what its waiting descendants wait for; a session whose children
+// are past it is described by its own waiting_for.
+const maxWaitReads = 1000
+
 // delegationOf fills in tr the sessions it delegated to and its ledger
-// account, when it has either.
+// account, when it has either. It reads the session's child keys, its
+// children's states, and those of the waiting ones' awaited sessions a
+// few levels down: what it costs grows with the session's tree, not with
+// the deployment.
 func (s *Service) delegationOf(ctx context.Context, ref streams.SessionRef, tr *record.Transcript) error {
-	all, err := record.List(ctx, s.js, s.names)
+	kids, err := record.Children(ctx, s.js, s.names, ref)
 	if err != nil {
 		return err
 	}
-	describeWaitingIn(all)
-	for _, x := range all {
-		if x.Agent == ref.Agent && x.Session == ref.Session {
-			tr.WaitingFor = x.WaitingFor
-		}
+	self := record.Summary{Agent: tr.Agent, Session: tr.Session, Status: tr.Status, WaitingFor: tr.WaitingFor}
+	for _, c := range tr.Children {
+		self.Children = append(self.Children, c.Session)
 	}
-	tr.Children = children(ref, all, tr.Children)
+	all := append([]record.Summary{self}, kids...)
+	if all, err = s.awaitedBelow(ctx, all); err != nil {
+		return err
+	}
+	describeWaitingIn(all)
+	tr.WaitingFor = all[0].WaitingFor
+	tr.Children = children(ref, all[1:1+len(kids)], tr.Children)
 	if s.ledger == nil {
 		return nil
 	}
@@ -256,4 +268,64 @@ func (s *Service) delegationOf(ctx context.Context, ref streams.SessionRef, tr *
 	}
 	tr.Ledger = &acct
 	return nil
+}
+
+// awaitedBelow adds to all (a session and its children) the sessions its
+// waiting sessions wait for, read by name, level by level as deep as
+// describeWaitingIn describes them, at most maxWaitReads states. A
+// waiting session whose awaited sessions are not read loses its Children
+// here, so it is described by its own waiting_for.
+func (s *Service) awaitedBelow(ctx context.Context, all []record.Summary) ([]record.Summary, error) {
+	on := make(map[string]bool, len(all))
+	for _, x := range all {
+		on[x.Agent+"/"+x.Session] = true
+	}
+	level, reads := []int{0}, 0
+	for depth := 0; depth <= maxWaitDepth && len(level) > 0; depth++ {
+		var missing []streams.SessionRef
+		for _, i := range level {
+			x := &all[i]
+			if x.Status != record.StatusWaiting {
+				continue
+			}
+			var want []streams.SessionRef
+			for _, c := range x.Children {
+				if on[c] {
+					continue
+				}
+				agent, session, _ := strings.Cut(c, "/")
+				if r, err := streams.NewSessionRef(agent, session); err == nil {
+					want = append(want, r)
+				}
+			}
+			if reads+len(want) > maxWaitReads {
+				x.Children = nil
+				continue
+			}
+			reads += len(want)
+			for _, r := range want {
+				on[r.String()] = true
+			}
+			missing = append(missing, want...)
+		}
+		next := []int{}
+		if depth == 0 {
+			// The children are read already.
+			for i := 1; i < len(all); i++ {
+				next = append(next, i)
+			}
+		}
+		if len(missing) > 0 {
+			extra, err := record.Summaries(ctx, s.js, s.names, missing)
+			if err != nil {
+				return nil, err
+			}
+			for i := range extra {
+				next = append(next, len(all)+i)
+			}
+			all = append(all, extra...)
+		}
+		level = next
+	}
+	return all, nil
 }

@@ -1,8 +1,11 @@
 // Package record owns a session's durable record in jl_sessions: its
 // state (State, under <agent>.<session>.state), its transcript (Entry,
-// under <agent>.<session>.log.<id>) and the step in flight (Intent), the
-// store that loads, creates and settles them (Store), and the readers the
-// API, the CLI and the benchmarks use (List, Show, Follow). Window says
+// under <agent>.<session>.log.<id>), the step in flight (Intent) and the
+// sessions it delegated to (under <agent>.<session>.child.<child key>,
+// NoteChild), the store that loads, creates and settles them (Store), and
+// the readers the API, the CLI and the benchmarks use (List, Show,
+// Follow, Children: a session's children by its own keys, without a
+// listing). Window says
 // where a session's live context lives (the head, the latest summary,
 // the tail after it); ReadSpans reads those entries by key in batched
 // direct gets, so rebuilding a context costs what it holds, not what the

@@ -387,7 +387,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 		return fmt.Errorf("record: follow %s: %w", ref, err)
 	}
 	defer w.Stop()
-	stateKey := names.StateKey(ref)
+	stateKey, logKeys := names.StateKey(ref), ref.Key()+".log."
 	var lastEntry uint64
 	// Entries seen before the state that names them, by id: a later
 	// version of an id replaces the earlier (an entry left over by a
@@ -433,8 +433,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, names streams.Names, re
 				if err = flush(); err == nil {
 					err = fn(Update{State: &st})
 				}
-			} else if strings.Contains(e.Key(), ".log.") {
-				// (The session's other keys, its notes, are not entries.)
+			} else if strings.HasPrefix(e.Key(), logKeys) {
+				// (The session's other keys, its notes and children, are
+				// not entries.)
 				var en Entry
 				if err := json.Unmarshal(e.Value(), &en); err != nil {
 					return fmt.Errorf("record: decode %s: %w", e.Key(), err)

@@ -347,6 +347,31 @@ func (n Names) LogKeys(r SessionRef) string { return r.Key() + ".log.>" }
 // own notes, written with notes_write).
 func (n Names) NotesKey(r SessionRef) string { return r.Key() + ".notes" }
 
+// ChildKey is the key in jl_sessions, among parent's own keys, that
+// records a session its delegate calls started:
+// <parent agent>.<parent session>.child.<child agent>.<child session>.
+// Its parent's keys name its children, so they are read without reading
+// any other session's.
+func (n Names) ChildKey(parent, child SessionRef) string {
+	return parent.Key() + ".child." + child.Key()
+}
+
+// ChildKeys matches every ChildKey of parent.
+func (n Names) ChildKeys(parent SessionRef) string { return parent.Key() + ".child.>" }
+
+// ParseChildKey returns the child a ChildKey of parent names.
+func (n Names) ParseChildKey(parent SessionRef, key string) (SessionRef, error) {
+	rest, ok := strings.CutPrefix(key, parent.Key()+".child.")
+	if !ok {
+		return SessionRef{}, fmt.Errorf("streams: %w: key %q is no child key of %s", ErrBadSubject, key, parent)
+	}
+	at, st, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(st, ".") {
+		return SessionRef{}, fmt.Errorf("streams: %w: key %q is no child key of %s", ErrBadSubject, key, parent)
+	}
+	return parseRef(key, at, st)
+}
+
 // SessionKeys matches every key of a session in jl_sessions.
 func (n Names) SessionKeys(r SessionRef) string { return r.Key() + ".>" }
 

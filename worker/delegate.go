@@ -167,6 +167,11 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 	if err := e.SetData(event.ApplicationJSON, data); err != nil {
 		return "", "", fmt.Errorf("delegate event: %w", err)
 	}
+	// The child is recorded among this session's keys before it can
+	// exist, so a reader of this session finds every child it has.
+	if err := s.w.store.NoteChild(ctx, s.r.ref, cref, call.ID); err != nil {
+		return "", "", err
+	}
 	var res Admission
 	for attempt := 1; ; attempt++ {
 		res, err = s.w.cfg.Admit(ctx, e)
