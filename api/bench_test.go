@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetloop/jetloop/api"
 	"github.com/jetloop/jetloop/cli"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -166,4 +167,93 @@ func BenchmarkStatusBlocked(b *testing.B) {
 		b.Fatalf("jetloop status --status blocked listed %d sessions of %d", listed, blocked)
 	}
 	b.ReportMetric(d.Seconds()*1000, "cli-blocked-ms")
+}
+
+// BenchmarkShowAmongSessions shows a session that delegated to two
+// children among 20,000 unrelated sessions through the API, against the
+// raw JetStream operations the best implementation needs (its state, its
+// child keys, its children's states) and against one listing of every
+// state (what a show that looked its children up in a listing would
+// read).
+//
+//	go test ./api -run '^$' -bench BenchmarkShowAmongSessions -benchtime 20x
+func BenchmarkShowAmongSessions(b *testing.B) {
+	const others = 20_000
+	h := start(b, api.Config{})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var futures []jetstream.PubAckFuture
+	for i := range others {
+		ref, _ := streams.NewSessionRef(fmt.Sprintf("agent-%d", i%10), fmt.Sprintf("session-%06d", i))
+		st := record.NewState(ref.Agent, ref.Session, now)
+		data, _ := json.Marshal(st)
+		f, err := h.js.PublishAsync(streams.KVSubject(h.names.BucketSessions(), h.names.StateKey(ref)), data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if futures = append(futures, f); len(futures) == 4000 {
+			wait(b, ctx, futures)
+			futures = futures[:0]
+		}
+	}
+	wait(b, ctx, futures)
+	store, err := record.Open(ctx, h.js, h.names)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lead, _ := streams.NewSessionRef("lead", "s")
+	if _, err := store.Create(ctx, lead, record.NewState(lead.Agent, lead.Session, now)); err != nil {
+		b.Fatal(err)
+	}
+	for _, call := range []string{"call_0", "call_1"} {
+		child, _ := streams.NewSessionRef("rev", events.ChildSession(lead.Agent, lead.Session, call))
+		st := record.NewState(child.Agent, child.Session, now)
+		st.Delegation = &record.Delegation{Parent: lead.String(), CallID: call}
+		if _, err := store.Create(ctx, child, st); err != nil {
+			b.Fatal(err)
+		}
+		if err := store.NoteChild(ctx, lead, child, call); err != nil {
+			b.Fatal(err)
+		}
+	}
+	raw := func() int {
+		if _, _, err := store.Load(ctx, lead); err != nil {
+			b.Fatal(err)
+		}
+		refs, err := record.ChildRefs(ctx, h.js, h.names, lead)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range refs {
+			if _, _, err := store.Load(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return len(refs)
+	}
+	var rawTotal, apiTotal time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		sh, err := h.client.Show(ctx, api.ShowRequest{Agent: lead.Agent, Session: lead.Session})
+		apiTotal += time.Since(t0)
+		if err != nil || len(sh.Children) != 2 {
+			b.Fatalf("show: %+v, %v", sh.Children, err)
+		}
+		t0 = time.Now()
+		if n := raw(); n != 2 {
+			b.Fatalf("raw: %d children", n)
+		}
+		rawTotal += time.Since(t0)
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(apiTotal.Seconds()*1000/n, "api-ms/show")
+	b.ReportMetric(rawTotal.Seconds()*1000/n, "raw-ms/show")
+	b.ReportMetric(rawTotal.Seconds()/apiTotal.Seconds(), "raw/api")
+	t0 := time.Now()
+	if all, err := record.List(ctx, h.js, h.names); err != nil || len(all) != others+3 {
+		b.Fatalf("list: %d, %v", len(all), err)
+	}
+	b.ReportMetric(time.Since(t0).Seconds()*1000, "list-all-ms")
 }
