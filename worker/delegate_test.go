@@ -220,13 +220,18 @@ func TestDelegateFansOutAndIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acct, err := lg.Get(context.Background(), ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tot := acct.Total(); len(acct.Parts) != 3 || tot.Turns != 4 || tot.Tokens() != 255 {
-		t.Fatalf("ledger account %+v, total %+v", acct, tot)
-	}
+	// (The lead reports its last turn after the state that says it is
+	// done.)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		acct, err := lg.Get(context.Background(), ref)
+		if err != nil {
+			return err
+		}
+		if tot := acct.Total(); len(acct.Parts) != 3 || tot.Turns != 4 || tot.Tokens() != 255 {
+			return fmt.Errorf("ledger account %+v, total %+v", acct, tot)
+		}
+		return nil
+	})
 }
 
 func wholeRequest(req model.Request) string {
