@@ -151,18 +151,18 @@ func (s *Service) httpRoute(name string, cfg HTTPConfig, maxBody int64, fn func(
 				gate.Unread(w)
 				return 0, nil, err
 			}
-			release, err := cfg.Gate.Admit(cfg.Gate.Verified(), r, maxBody)
+			adm, err := cfg.Gate.Admit(cfg.Gate.Verified(), r, maxBody)
 			if err != nil {
 				gate.Unread(w)
 				return 0, nil, gateError(err)
 			}
-			defer release()
+			defer adm.Release()
 			ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 			defer cancel()
 			var body []byte
 			if maxBody > 0 {
 				deadline, _ := ctx.Deadline()
-				if body, err = cfg.Gate.ReadBody(w, r, maxBody, deadline); err != nil {
+				if body, err = adm.ReadBody(w, r, maxBody, deadline); err != nil {
 					return 0, nil, gateError(err)
 				}
 			}

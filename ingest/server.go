@@ -270,17 +270,17 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 			s.fail(w, name, err)
 			return
 		}
-		release, err := s.gate.Admit(pool, r, int64(maxBody))
+		adm, err := s.gate.Admit(pool, r, int64(maxBody))
 		if err != nil {
 			gate.Unread(w)
 			s.fail(w, name, err)
 			return
 		}
-		defer release()
+		defer adm.Release()
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 		defer cancel()
 		deadline, _ := ctx.Deadline()
-		body, err := s.gate.ReadBody(w, r, int64(maxBody), deadline)
+		body, err := adm.ReadBody(w, r, int64(maxBody), deadline)
 		if err != nil {
 			s.fail(w, name, err)
 			return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -74,9 +75,10 @@ func TestUnauthenticatedRequestRefusedBeforeItsBody(t *testing.T) {
 	}
 }
 
-// Request bodies in flight are bounded by their declared sizes, not only
-// by their number: while one large delivery is being received, another
-// that would exceed the budget is answered 503 at once.
+// Request bodies in flight are bounded by the bytes they sent, not those
+// they declared: while one large delivery is being received, another whose
+// body would take the budget past its bound is answered 503 midway, and a
+// request that declares a large body but trickles it holds nothing more.
 func TestBodiesInFlightBoundedByBytes(t *testing.T) {
 	// A gate that lets a slow body take its time, so that only the bytes
 	// budget answers.
@@ -86,50 +88,75 @@ func TestBodiesInFlightBoundedByBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := startConfig(t, nil, func(c *ingest.Config) { c.Gate, c.Timeout = g, time.Minute }, reviewerYAML)
-	big := githubHeaders("push", "big", []byte("x")) // signed for other bytes: refused once read
-	first, pw := sendSlowly(t, h.url+"/webhooks/github", big, 20<<20)
-	// Once the first request has taken its share, a second one no longer
-	// fits; that moment is not observable otherwise. (Should the second
-	// have come in first, the first is refused: send it again.)
+	// Declared large, trickled: each holds what it sent, so three that
+	// declare 60 MiB together fit a 30 MiB pool.
+	var trickled []<-chan int
+	for i := range 3 {
+		status, _ := sendSlowly(t, h.url+"/webhooks/github", githubHeaders("push", fmt.Sprintf("declared-%d", i), []byte("x")), 20<<20)
+		trickled = append(trickled, status)
+	}
 	natstest.WaitFor(t, 30*time.Second, func() error {
+		if r, _, _, _ := g.Unverified().InUse(netip.Addr{}); r < 3 {
+			return fmt.Errorf("the pool holds %d requests", r)
+		}
+		return nil
+	})
+	for i, st := range trickled {
 		select {
-		case got := <-first:
-			first, pw = sendSlowly(t, h.url+"/webhooks/github", big, 20<<20)
-			return fmt.Errorf("first request answered %d while its body was being sent", got)
+		case got := <-st:
+			t.Fatalf("trickled body %d declaring 20 MiB answered %d", i, got)
 		default:
 		}
-		status, pw2 := sendSlowly(t, h.url+"/webhooks/github", githubHeaders("push", "second", []byte("x")), 20<<20)
-		select {
-		case got := <-status:
-			if got == http.StatusServiceUnavailable {
-				return nil
-			}
-			return fmt.Errorf("second request: %d", got)
-		case <-time.After(2 * time.Second):
-			pw2.Close()
-			<-status
-			return errors.New("second request not refused yet")
+	}
+	// 20 MiB sent of a body not yet whole: the next 12 MiB do not fit.
+	first, pw := sendPart(t, h.url+"/webhooks/github", githubHeaders("push", "big", []byte("x")), 20<<20+1, 20<<20)
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if r, b, _, _ := g.Unverified().InUse(netip.Addr{}); b < 20<<20 {
+			return fmt.Errorf("the pool holds %d requests and %d bytes", r, b)
 		}
+		return nil
 	})
-	// Cut short, the first request ends (with an error on the client).
+	second, _ := sendPart(t, h.url+"/webhooks/github", githubHeaders("push", "second", []byte("x")), 12<<20, 12<<20)
+	select {
+	case got := <-second:
+		if got != http.StatusServiceUnavailable {
+			t.Fatalf("a body past the pool's bytes: %d, want 503", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a body past the pool's bytes was not refused")
+	}
 	pw.Close()
 	select {
 	case <-first:
 	case <-time.After(30 * time.Second):
 		t.Fatal("first request never ended")
 	}
-	// Once the server has let go of the first one, the budget has room
-	// again.
-	natstest.WaitFor(t, 30*time.Second, func() error {
-		status, pw2 := sendSlowly(t, h.url+"/webhooks/github", githubHeaders("push", "third", []byte("x")), 20<<20)
-		select {
-		case got := <-status:
-			return fmt.Errorf("a request that fits the budget again: %d", got)
-		case <-time.After(time.Second):
-			// Still being read: it was let in.
-			pw2.Close()
-			<-status
-			return nil
+}
+
+// sendPart posts a body declaring length bytes, sends the first send of
+// them and holds the rest back.
+func sendPart(t *testing.T, url string, header map[string]string, length, send int64) (<-chan int, *io.PipeWriter) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = length
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	status := make(chan int, 1)
+	go func() { _, _ = pw.Write(make([]byte, send)) }()
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
 		}
-	})
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	t.Cleanup(func() { pw.CloseWithError(errors.New("test over")) })
+	return status, pw
 }

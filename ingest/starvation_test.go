@@ -124,6 +124,9 @@ func TestUnverifiedSendersCannotStarveTheRest(t *testing.T) {
 		networks string
 	}{
 		{name: "slow large bodies", attack: attack{conns: 8, addrs: []string{"127.0.0.2"}, length: 16 << 20}},
+		// Two addresses' shares are the whole unverified pool's bytes
+		// when bodies count by their declared length.
+		{name: "slow large bodies from two addresses", attack: attack{conns: 4, addrs: []string{"127.0.0.2", "127.0.0.3"}, length: 16 << 20}},
 		{name: "never-finishing small bodies", attack: attack{conns: 300, addrs: []string{"127.0.0.2"}, length: 100}},
 		{name: "never-finishing small bodies from many addresses outside GitHub's networks",
 			attack:   attack{conns: 300, addrs: []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7", "127.0.0.8", "127.0.0.9"}, length: 100},

@@ -59,16 +59,16 @@ func FuzzAdmit(f *testing.F) {
 				t.Fatalf("pool holds %d requests, %d bytes after the request", req, by)
 			}
 		}()
-		release, err := g.Admit(g.Unverified(), r, limit)
+		adm, err := g.Admit(g.Unverified(), r, limit)
 		if err != nil {
 			if gate.Status(err) == 0 {
 				t.Fatalf("admit: %v has no status", err)
 			}
 			return
 		}
-		defer release()
+		defer adm.Release()
 		w := httptest.NewRecorder()
-		got, err := g.ReadBody(w, r, limit, time.Now().Add(time.Minute))
+		got, err := adm.ReadBody(w, r, limit, time.Now().Add(time.Minute))
 		switch {
 		case len(body) > limit:
 			if !errors.Is(err, gate.ErrTooLarge) {

@@ -117,19 +117,36 @@ func (g *Gate) Verified() *Pool { return g.verified }
 // read.
 func (g *Gate) Unverified() *Pool { return g.unverified }
 
-// Admit takes a slot and room for r's body from pool: the declared
-// length, or limit when the body's length is unknown. A declared length
+// Admission is what one admitted request holds of its pool: a slot, and
+// the bytes of its body read so far (at least its first chunk). Release
+// it once the request is answered.
+type Admission struct {
+	g *Gate
+	t *ticket
+}
+
+// Release gives the slot and the bytes back. Safe to call more than once.
+func (a *Admission) Release() { a.t.release() }
+
+// Admit takes a slot from pool for r and room for the first 32 KiB of its
+// body (its declared length when shorter); the rest is taken as it
+// arrives (Admission.ReadBody), so a sender that declares a large body and
+// trickles it holds no more of the pool than it sent. A declared length
 // over limit is ErrTooLarge, answered without reading the body.
-func (g *Gate) Admit(pool *Pool, r *http.Request, limit int64) (release func(), err error) {
-	size := limit
+func (g *Gate) Admit(pool *Pool, r *http.Request, limit int64) (*Admission, error) {
+	size := int64(chunk)
 	switch {
 	case r.ContentLength > limit:
 		g.m.refused.WithLabelValues(pool.name, "too_large").Inc()
 		return nil, fmt.Errorf("%w: body over %d bytes (declared %d)", ErrTooLarge, limit, r.ContentLength)
 	case r.ContentLength >= 0:
-		size = r.ContentLength
+		size = min(size, r.ContentLength)
 	}
-	return pool.Take(RemoteAddr(r), size)
+	t, err := pool.take(RemoteAddr(r), min(size, limit))
+	if err != nil {
+		return nil, err
+	}
+	return &Admission{g: g, t: t}, nil
 }
 
 // chunk is how much of a body is read under one read deadline.
@@ -140,8 +157,10 @@ const chunk = 32 << 10
 // none). Every chunk is read under a read deadline of the connection
 // (http.ResponseController), so a sender that trickles is cut within
 // seconds: the error is ErrTooSlow, and the connection is closed after the
-// answer. A body over limit is ErrTooLarge.
-func (g *Gate) ReadBody(w http.ResponseWriter, r *http.Request, limit int64, deadline time.Time) ([]byte, error) {
+// answer. Each chunk takes its room from the pool first: ErrBusy when the
+// pool has none. A body over limit is ErrTooLarge.
+func (a *Admission) ReadBody(w http.ResponseWriter, r *http.Request, limit int64, deadline time.Time) ([]byte, error) {
+	g := a.g
 	rc := http.NewResponseController(w)
 	start := time.Now()
 	body := http.MaxBytesReader(w, r.Body, limit)
@@ -151,14 +170,21 @@ func (g *Gate) ReadBody(w http.ResponseWriter, r *http.Request, limit int64, dea
 	}
 	deadlines := true
 	for {
+		next := int64(chunk)
+		if r.ContentLength >= 0 {
+			next = max(0, min(next, r.ContentLength-int64(buf.Len())))
+		}
+		// Room for the next chunk, before it is read.
+		if need := min(int64(buf.Len())+next, limit+1) - a.held(); need > 0 {
+			if err := a.t.grow(need); err != nil {
+				w.Header().Set("Connection", "close")
+				return nil, fmt.Errorf("%d bytes of the body read: %w", buf.Len(), err)
+			}
+		}
 		if deadlines {
 			// The next chunk (or the rest of a declared length) is due
 			// by when the minimum rate, counted from the end of the
 			// grace, would have brought it.
-			next := int64(chunk)
-			if r.ContentLength >= 0 {
-				next = max(0, min(next, r.ContentLength-int64(buf.Len())))
-			}
 			due := start.Add(g.grace + time.Duration(float64(int64(buf.Len())+next)/float64(g.minRate)*float64(time.Second)))
 			if !deadline.IsZero() && due.After(deadline) {
 				due = deadline
@@ -181,6 +207,12 @@ func (g *Gate) ReadBody(w http.ResponseWriter, r *http.Request, limit int64, dea
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	return buf.Bytes(), nil
+}
+
+func (a *Admission) held() int64 {
+	a.t.p.mu.Lock()
+	defer a.t.p.mu.Unlock()
+	return a.t.bytes
 }
 
 func (g *Gate) readError(w http.ResponseWriter, r *http.Request, got int, took time.Duration, err error) error {

@@ -125,14 +125,14 @@ func TestNetworks(t *testing.T) {
 func serve(t *testing.T, g *gate.Gate, limit int64) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		release, err := g.Admit(g.Unverified(), r, limit)
+		adm, err := g.Admit(g.Unverified(), r, limit)
 		if err != nil {
 			gate.Unread(w)
 			http.Error(w, err.Error(), gate.Status(err))
 			return
 		}
-		defer release()
-		body, err := g.ReadBody(w, r, limit, time.Now().Add(time.Minute))
+		defer adm.Release()
+		body, err := adm.ReadBody(w, r, limit, time.Now().Add(time.Minute))
 		if err != nil {
 			http.Error(w, err.Error(), gate.Status(err))
 			return

@@ -45,8 +45,10 @@ func Status(err error) int {
 type Limits struct {
 	// Requests bounds the requests handled at once.
 	Requests int
-	// Bytes bounds the bodies held at once, by their declared length (a
-	// body of unknown length counts as its receiver's limit).
+	// Bytes bounds the body bytes held at once: a request admitted holds
+	// the first 32 KiB of its body (its declared length when shorter), and
+	// more as they arrive, so a sender that declares a large body and
+	// trickles it holds only what it sent.
 	Bytes int64
 	// PerAddrRequests and PerAddrBytes bound the same per remote address:
 	// an IPv4 address, or the /64 of an IPv6 address.
@@ -103,6 +105,23 @@ func (p *Pool) Limits() Limits { return p.limits }
 // with ErrBusy saying which limit is full. The returned func gives them
 // back; call it once the request is answered.
 func (p *Pool) Take(addr netip.Addr, size int64) (release func(), err error) {
+	t, err := p.take(addr, size)
+	if err != nil {
+		return nil, err
+	}
+	return t.release, nil
+}
+
+// ticket is what one request holds of a pool.
+type ticket struct {
+	p     *Pool
+	key   netip.Addr
+	a     *use
+	bytes int64 // guarded by p.mu
+	once  sync.Once
+}
+
+func (p *Pool) take(addr netip.Addr, size int64) (*ticket, error) {
 	key := addrKey(addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,15 +130,14 @@ func (p *Pool) Take(addr netip.Addr, size int64) (release func(), err error) {
 		a = &use{}
 	}
 	l := p.limits
+	var err error
 	switch {
 	case p.total.requests+1 > l.Requests:
 		err = fmt.Errorf("%w: %d requests in flight in pool %s", ErrBusy, l.Requests, p.name)
-	case p.total.bytes+size > l.Bytes:
-		err = fmt.Errorf("%w: %d bytes of bodies in flight in pool %s, no room for %d more", ErrBusy, l.Bytes, p.name, size)
 	case l.PerAddrRequests > 0 && a.requests+1 > l.PerAddrRequests:
 		err = fmt.Errorf("%w: %d requests in flight from %s in pool %s", ErrBusy, l.PerAddrRequests, key, p.name)
-	case l.PerAddrBytes > 0 && a.bytes+size > l.PerAddrBytes:
-		err = fmt.Errorf("%w: %d bytes of bodies in flight from %s in pool %s, no room for %d more", ErrBusy, l.PerAddrBytes, key, p.name, size)
+	default:
+		err = p.roomLocked(key, a, size)
 	}
 	if err != nil {
 		p.metrics.refused.WithLabelValues(p.name, "busy").Inc()
@@ -132,22 +150,53 @@ func (p *Pool) Take(addr netip.Addr, size int64) (release func(), err error) {
 	p.perAddr[key] = a
 	p.metrics.requests.WithLabelValues(p.name).Inc()
 	p.metrics.bytes.WithLabelValues(p.name).Add(float64(size))
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.total.requests--
-			p.total.bytes -= size
-			a.requests--
-			a.bytes -= size
-			if a.requests == 0 {
-				delete(p.perAddr, key)
-			}
-			p.metrics.requests.WithLabelValues(p.name).Dec()
-			p.metrics.bytes.WithLabelValues(p.name).Sub(float64(size))
-		})
-	}, nil
+	return &ticket{p: p, key: key, a: a, bytes: size}, nil
+}
+
+// roomLocked reports ErrBusy when size more bytes do not fit, in total or
+// for the address a. Its caller holds p.mu.
+func (p *Pool) roomLocked(key netip.Addr, a *use, size int64) error {
+	l := p.limits
+	switch {
+	case p.total.bytes+size > l.Bytes:
+		return fmt.Errorf("%w: %d bytes of bodies in flight in pool %s, no room for %d more", ErrBusy, l.Bytes, p.name, size)
+	case l.PerAddrBytes > 0 && a.bytes+size > l.PerAddrBytes:
+		return fmt.Errorf("%w: %d bytes of bodies in flight from %s in pool %s, no room for %d more", ErrBusy, l.PerAddrBytes, key, p.name, size)
+	}
+	return nil
+}
+
+// grow adds n bytes to what t holds, or fails with ErrBusy.
+func (t *ticket) grow(n int64) error {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.roomLocked(t.key, t.a, n); err != nil {
+		p.metrics.refused.WithLabelValues(p.name, "busy").Inc()
+		return err
+	}
+	p.total.bytes += n
+	t.a.bytes += n
+	t.bytes += n
+	p.metrics.bytes.WithLabelValues(p.name).Add(float64(n))
+	return nil
+}
+
+func (t *ticket) release() {
+	t.once.Do(func() {
+		p := t.p
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.total.requests--
+		p.total.bytes -= t.bytes
+		t.a.requests--
+		t.a.bytes -= t.bytes
+		if t.a.requests == 0 {
+			delete(p.perAddr, t.key)
+		}
+		p.metrics.requests.WithLabelValues(p.name).Dec()
+		p.metrics.bytes.WithLabelValues(p.name).Sub(float64(t.bytes))
+	})
 }
 
 // InUse reports the requests and bytes held now, in total and from addr.

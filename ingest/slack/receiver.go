@@ -246,14 +246,14 @@ func (r *Receiver) handle(ctx context.Context, req *http.Request, w http.Respons
 		gate.Unread(w)
 		return nil, err
 	}
-	release, err := r.cfg.Gate.Admit(r.cfg.Gate.Unverified(), req, MaxBody)
+	adm, err := r.cfg.Gate.Admit(r.cfg.Gate.Unverified(), req, MaxBody)
 	if err != nil {
 		gate.Unread(w)
 		return nil, refuse(gate.Status(err), "%v", err)
 	}
-	defer release()
+	defer adm.Release()
 	deadline, _ := ctx.Deadline()
-	body, err := r.cfg.Gate.ReadBody(w, req, MaxBody, deadline)
+	body, err := adm.ReadBody(w, req, MaxBody, deadline)
 	if err != nil {
 		if st := gate.Status(err); st != 0 {
 			return nil, refuse(st, "%v", err)
