@@ -227,6 +227,11 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		// Its own group, so a terminal's signals reach it only through
 		// the worker; SIGUSR1 when this process dies: kill the tree.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1},
+		// A reaper killed before it killed the tree (by its own command,
+		// say) leaves processes that may hold the tree's output open:
+		// Wait must not wait for them, or the tree never ends and they
+		// are never killed by cgroup and marker.
+		WaitDelay: time.Second,
 	}
 	err = spawn(t.reaper)
 	pw.Close()

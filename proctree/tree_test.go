@@ -380,3 +380,34 @@ func TestSweepLeavesLiveOwners(t *testing.T) {
 	}
 	mustAlive(t, "after a sweep", append(pids, mine.Pid())...)
 }
+
+// A tree whose command kills its reaper still ends: what it left running
+// (here holding the tree's stdout) is killed, and Wait returns.
+func TestReaperKilledByItsCommand(t *testing.T) {
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			s, err := proctree.New(proctree.Config{Cgroups: mode, KillTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", `setsid sleep 1000 & echo $!; kill -9 $PPID; wait`}, Stdout: pw, Label: "kills its reaper"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := pidsFrom(t, bufio.NewReader(pr), 1)
+			go func() { _, _ = io.Copy(io.Discard, pr) }()
+			defer syscall.Kill(pids[0], syscall.SIGKILL)
+			select {
+			case <-tree.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the tree never ended after its command killed its reaper")
+			}
+			if _, err := tree.Wait(); err == nil {
+				t.Fatal("Wait: no error for a reaper that ended without a status")
+			}
+			waitGone(t, pids...)
+		})
+	}
+}
