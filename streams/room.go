@@ -73,10 +73,10 @@ func (r *Room) Check(ctx context.Context, msgs, bytes int) error {
 	var err error
 	switch {
 	case c.MaxBytes > 0 && held > uint64(c.MaxBytes/2):
-		err = fmt.Errorf("%w: %s would hold %d bytes, over half its max_bytes %d: new events are refused until sessions consume or retention removes some",
+		err = fmt.Errorf("%w: %s would hold %d bytes, over half its max_bytes %d: new events are refused until retention removes finished sessions' events (consumed events stay) or the storage budget grows",
 			ErrFull, r.name, held, c.MaxBytes)
 	case c.MaxMsgs > 0 && count > uint64(c.MaxMsgs/2):
-		err = fmt.Errorf("%w: %s would hold %d messages, over half its max_msgs %d: new events are refused until sessions consume or retention removes some",
+		err = fmt.Errorf("%w: %s would hold %d messages, over half its max_msgs %d: new events are refused until retention removes finished sessions' events (consumed events stay) or the storage budget grows",
 			ErrFull, r.name, count, c.MaxMsgs)
 	}
 	if err != nil {
