@@ -30,6 +30,10 @@ const (
 	// maxFireWait bounds the wait past the burst's @at for the server to
 	// fire it and remove it.
 	maxFireWait = 5 * time.Second
+	// maxRepair bounds, past the sender's cancellation, the check that a
+	// slow replacement survived the fire of the burst it replaced and
+	// the debounce again of one that did not.
+	maxRepair = 30 * time.Second
 )
 
 // Headers of NATS message schedules (nats-server 2.14+, server/stream.go).
@@ -38,6 +42,9 @@ const (
 	rollupSubject     = "sub"
 	hdrSchedule       = "Nats-Schedule"
 	hdrScheduleTarget = "Nats-Schedule-Target"
+	// hdrScheduler names, on a fired message, the schedule subject it
+	// was fired from (and purged).
+	hdrScheduler = "Nats-Scheduler"
 )
 
 // Debounce adds e to the pending burst of d's session (of its debounce
@@ -61,8 +68,20 @@ const (
 // the whole debounce subject, so a message written in between would be
 // acknowledged and then purged without firing. Debounce instead waits
 // until the fire has removed the pending message and starts a new burst
-// with e. The guard also covers the publish's own latency and a small
-// skew between this process's clock and the server's.
+// with e. The guard also covers a small skew between this process's clock
+// and the server's.
+//
+// A replacement decided before the guard can still be stored after the
+// fire's copy when the publish itself is slow (a cluster without quorum
+// holds it for seconds while the server's timer goes off). So when the
+// publish is acknowledged within half the guard of the replaced burst's
+// @at or later, Debounce looks for the first fire of the debounce subject
+// stored after its message: one carrying a smaller count is the replaced
+// burst's, whose purge took the message with it, and e is debounced again
+// (under a message id of its own, since the stream remembers the first).
+// That check, and the debounce again, outlive ctx's cancellation (a
+// sender that gave up retries, and its retry is a duplicate of the
+// purged message): they are bounded by maxRepair instead.
 func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int, error) {
 	ref, err := d.Ref()
 	if err != nil {
@@ -74,8 +93,11 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 	}
 	stamped := Stamp(e, d)
 	guard := min(maxFireGuard, d.Window/2)
+	msgID := dedupe.MsgID(e, subject)
+	repairs := 0
 	for attempt := range maxDebounceAttempts {
 		var last uint64
+		var replacedAt time.Time // @at of the pending burst replaced, if any
 		count := 1
 		now := a.now()
 		first := now
@@ -85,18 +107,17 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		case err != nil:
 			return 0, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
 		default:
-			if at, ok := scheduledAt(raw.Header); ok && !at.After(a.now().Add(guard)) {
+			at, ok := scheduledAt(raw.Header)
+			if ok && !at.After(a.now().Add(guard)) {
 				if err := a.awaitFired(ctx, subject, raw.Sequence, at); err != nil {
 					return 0, err
 				}
 				// The burst fired: read again and start a new one.
 				continue
 			}
-			last = raw.Sequence
-			if prev, err := events.FromMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}); err == nil {
-				if n, err := strconv.Atoi(fmt.Sprint(prev.Extensions()[ExtCount])); err == nil && n > 0 {
-					count = n + 1
-				}
+			last, replacedAt = raw.Sequence, at
+			if n := burstCount(raw.Subject, raw.Header, raw.Data); n > 0 {
+				count = n + 1
 			}
 			if t, err := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderBurstStart)); err == nil && t.Before(now) {
 				first = t
@@ -111,21 +132,42 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		m.Header.Set(HeaderBurstStart, first.UTC().Format(time.RFC3339Nano))
 		m.Header.Set(hdrScheduleTarget, target)
 		m.Header.Set(hdrRollup, rollupSubject)
-		m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
+		m.Header.Set(nats.MsgIdHdr, msgID)
 		ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last))
-		if err == nil {
-			if ack.Duplicate {
-				// A retry of an event already in the burst.
-				count--
+		if err != nil {
+			if !streams.IsConflict(err) {
+				return 0, fmt.Errorf("admission: debounce publish on %s: %w", subject, err)
 			}
+			if err := backoff(ctx, attempt); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if ack.Duplicate {
+			// A retry of an event already in the burst.
+			return count - 1, nil
+		}
+		if last == 0 || a.now().Add(guard/2).Before(replacedAt) {
+			// Stored well before the replaced burst was due: the server
+			// fires this message, or one that counts it, not that burst.
 			return count, nil
 		}
-		if !streams.IsConflict(err) {
-			return 0, fmt.Errorf("admission: debounce publish on %s: %w", subject, err)
+		if repairs == 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), maxRepair)
+			defer cancel()
 		}
-		if err := backoff(ctx, attempt); err != nil {
+		lost, err := a.purgedByFire(ctx, subject, target, ack.Sequence, count, replacedAt)
+		if err != nil {
 			return 0, err
 		}
+		if !lost {
+			return count, nil
+		}
+		repairs++
+		a.log.Warn("debounced event purged by the fire of the burst it replaced; debouncing it again",
+			"subject", subject, "seq", ack.Sequence, "id", e.ID(), "count", count)
+		msgID = fmt.Sprintf("%s.%d", dedupe.MsgID(e, subject), repairs)
 	}
 	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)
 }
@@ -192,6 +234,59 @@ func (a *Admitter) awaitFired(ctx context.Context, subject string, seq uint64, a
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("admission: debounce on %s: wait for the pending burst to fire: %w", subject, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// burstCount is the count (ExtCount) of a debounce message or of a fired
+// burst; 0 if it has none.
+func burstCount(subject string, h nats.Header, data []byte) int {
+	ev, err := events.FromMsg(&nats.Msg{Subject: subject, Header: h, Data: data})
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(fmt.Sprint(ev.Extensions()[ExtCount]))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// purgedByFire reports whether the debounce message seq on subject, whose
+// burst counts count events and which replaced a burst due at
+// replacedAt, was purged unfired. The first fire of subject stored on
+// target after seq is the one that purged it: it carries seq's burst
+// (count or more) if seq replaced the pending burst in time, or the
+// replaced burst (a smaller count) if the server had copied that one
+// before seq was stored. If no fire of subject comes within maxFireWait
+// of replacedAt, seq replaced the burst before its timer went off, and
+// fires at its own @at.
+func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq uint64, count int, replacedAt time.Time) (bool, error) {
+	deadline := replacedAt.Add(maxFireWait)
+	from := seq + 1
+	delay := 5 * time.Millisecond
+	for {
+		m, err := a.in.GetMsg(ctx, from, jetstream.WithGetMsgSubject(target))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return false, fmt.Errorf("%w: read the fires on %s after %s seq %d: %w", ErrState, target, subject, seq, err)
+		case m.Header.Get(hdrScheduler) != subject:
+			from = m.Sequence + 1
+			continue
+		default:
+			return burstCount(m.Subject, m.Header, m.Data) < count, nil
+		}
+		if a.now().After(deadline) {
+			return false, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("admission: debounce on %s: wait for the fire of the burst seq %d replaced: %w", subject, seq, ctx.Err())
 		case <-t.C:
 		}
 		delay = min(2*delay, 100*time.Millisecond)
