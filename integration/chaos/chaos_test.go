@@ -108,6 +108,7 @@ func run(t *testing.T, workload, quiet time.Duration) {
 	sent := w.deliveries()
 	quietStart := time.Now()
 	var r *report
+	var unsettled string
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		r, err = check(cctx, s, sent)
@@ -119,7 +120,8 @@ func run(t *testing.T, workload, quiet time.Duration) {
 			if err != nil {
 				t.Fatalf("check: %v", err)
 			}
-			t.Logf("chaos: not at rest after %s of quiet: %s", cfg.quiet, strings.Join(first(r.unsettled, 10), "; "))
+			unsettled = fmt.Sprintf("not at rest after %s of quiet: %s", cfg.quiet, strings.Join(first(r.unsettled, 10), "; "))
+			t.Logf("chaos: %s", unsettled)
 			break
 		}
 		time.Sleep(2 * time.Second)
@@ -146,6 +148,15 @@ func run(t *testing.T, workload, quiet time.Duration) {
 	if len(r.violations) == 0 {
 		return
 	}
+	t.Error(violations(r, unsettled))
+}
+
+// violations renders what broke: the transcripts of the sessions
+// concerned (the last entries of each, for at most maxDescribed sessions)
+// and then every violation, last, so that the tail of a CI log, which is
+// all it may show, says why the run failed.
+func violations(r *report, unsettled string) string {
+	const maxDescribed, maxEntries, maxLines = 10, 40, 50
 	bySession := map[ref][]string{}
 	var keys []ref
 	for _, v := range r.violations {
@@ -155,17 +166,36 @@ func run(t *testing.T, workload, quiet time.Duration) {
 		bySession[v.session] = append(bySession[v.session], v.what)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	var b strings.Builder
 	for i, k := range keys {
-		if i == 20 {
-			t.Errorf("… and %d more sessions with violations", len(keys)-20)
+		if i == maxDescribed {
+			fmt.Fprintf(&b, "(and %d more sessions with violations)\n", len(keys)-maxDescribed)
 			break
 		}
-		msg := "violation: " + strings.Join(bySession[k], "\nviolation: ")
 		if tr, ok := r.sessions[k]; ok {
-			msg += "\n" + describe(tr)
+			b.WriteString(describe(tr, maxEntries) + "\n")
 		}
-		t.Errorf("%s", msg)
 	}
+	fmt.Fprintf(&b, "chaos: %d violations in %d sessions", len(r.violations), len(keys))
+	if unsettled != "" {
+		b.WriteString("; " + unsettled)
+	}
+	n := 0
+	for _, k := range keys {
+		for _, v := range bySession[k] {
+			if n == maxLines {
+				fmt.Fprintf(&b, "\n  … and %d more", len(r.violations)-maxLines)
+				return b.String()
+			}
+			n++
+			name := k.String()
+			if k == (ref{}) {
+				name = "(no one session)"
+			}
+			fmt.Fprintf(&b, "\nviolation: %s: %s", name, v)
+		}
+	}
+	return b.String()
 }
 
 func first(s []string, n int) []string {

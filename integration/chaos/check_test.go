@@ -510,8 +510,9 @@ func (r *report) countLines() []string {
 	return out
 }
 
-// describe renders a session's transcript for a violation's report.
-func describe(tr record.Transcript) string {
+// describe renders a session's transcript for a violation's report: its
+// state and its last entries, at most max of them (0: all).
+func describe(tr record.Transcript, max int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "session %s/%s: status %s", tr.Agent, tr.Session, tr.Status)
 	if tr.Reason != "" {
@@ -523,7 +524,12 @@ func describe(tr record.Transcript) string {
 	for _, st := range tr.Steers {
 		fmt.Fprintf(&b, "\n  steer waiting: seq %d %q", st.Seq, st.Text)
 	}
-	for _, e := range tr.Transcript {
+	entries := tr.Transcript
+	if max > 0 && len(entries) > max {
+		fmt.Fprintf(&b, "\n  (%d earlier entries)", len(entries)-max)
+		entries = entries[len(entries)-max:]
+	}
+	for _, e := range entries {
 		fmt.Fprintf(&b, "\n  %4d t%-3d %-11s", e.ID, e.Turn, e.Kind)
 		if e.Name != "" {
 			fmt.Fprintf(&b, " %s", e.Name)
