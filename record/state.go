@@ -140,7 +140,12 @@ type Entry struct {
 // machines need not guess what an absent field means: result and
 // is_error on every tool_result entry (an empty output, false), text on
 // every assistant entry (an answer with only tool calls).
-func (e Entry) MarshalJSON() ([]byte, error) {
+func (e Entry) MarshalJSON() ([]byte, error) { return encodeEntryJSON(&e) }
+
+// marshalEntryReflect is Entry.MarshalJSON by encoding/json's reflection:
+// what the stored form is held to, and what writes a value the encoder
+// refuses (with encoding/json's error).
+func marshalEntryReflect(e Entry) ([]byte, error) {
 	type plain Entry
 	switch e.Kind {
 	case KindToolResult:

@@ -120,7 +120,7 @@ func (s *Store) Load(ctx context.Context, ref streams.SessionRef) (State, uint64
 
 // Create writes the first state of a session; ErrFenced when one exists.
 func (s *Store) Create(ctx context.Context, ref streams.SessionRef, st State) (uint64, error) {
-	b, err := json.Marshal(st)
+	b, err := encodeStateJSON(&st)
 	if err != nil {
 		return 0, fmt.Errorf("record: encode state of %s: %w", ref, err)
 	}
@@ -136,7 +136,7 @@ func (s *Store) Create(ctx context.Context, ref streams.SessionRef, st State) (u
 
 // encodeState returns the stored form of st.
 func encodeState(ref streams.SessionRef, st State) ([]byte, error) {
-	b, err := json.Marshal(st)
+	b, err := encodeStateJSON(&st)
 	if err != nil {
 		return nil, fmt.Errorf("record: encode state of %s: %w", ref, err)
 	}
