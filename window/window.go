@@ -133,10 +133,49 @@ func Build(in Input) Context { return build(in, true) }
 func BuildRequest(in Input) Context { return build(in, false) }
 
 func build(in Input, parts bool) Context {
+	var b builder
+	b.start(&in, parts, false)
+	for i := range in.Entries {
+		b.add(&in, &in.Entries[i])
+	}
+	return b.finish(&in, false)
+}
+
+// builder renders entries one after the other into a request.
+type builder struct {
+	parts  bool
+	policy policies.ContextPolicy
+	req    model.Request
+	c      Context
+	msgs   []model.Message
+	// open are the calls of the last answer still without a result.
+	// Inputs recorded meanwhile (an event that reached a blocked session,
+	// a resume's text) wait in held until every call is answered:
+	// providers want an answer's tool calls followed by their results at
+	// once.
+	open map[string]bool
+	held []string
+	// track keeps, in unmasked, where each tool result that masking may
+	// still turn into a placeholder is (see remask).
+	track    bool
+	unmasked []shown
+	// shared is how many of msgs a request returned holds (Builder): one
+	// of them changes only in a copy of msgs.
+	shared int
+}
+
+// shown is a tool result the request shows whole, and its place: its
+// message and its index among the message's results.
+type shown struct {
+	msg, result int
+	e           *record.Entry
+}
+
+func (b *builder) start(in *Input, parts, track bool) {
 	def := in.Def
-	rate, calibrated := Rate(in.State)
-	c := Context{BytesPerToken: rate, Calibrated: calibrated}
-	req := model.Request{
+	rate, _ := Rate(in.State)
+	b.parts, b.track = parts, track
+	b.req = model.Request{
 		Model:       def.Model.Name,
 		System:      def.System,
 		MaxTokens:   def.Model.MaxTokens,
@@ -145,26 +184,18 @@ func build(in Input, parts bool) Context {
 		Earlier:     in.State.Summarised,
 	}
 	if parts {
-		c.Parts = make([]Part, 0, len(in.Entries)+3)
-	}
-	add := func(p Part) {
-		c.Bytes += int64(p.Bytes)
-		if parts {
-			p.Tokens = Estimate(int64(p.Bytes), rate)
-			c.Parts = append(c.Parts, p)
-		}
+		b.c.Parts = make([]Part, 0, len(in.Entries)+3)
 	}
 	if def.System != "" {
-		add(Part{Kind: "system", Bytes: len(def.System) + partOverhead, Text: def.System})
+		b.part(Part{Kind: "system", Bytes: len(def.System) + partOverhead, Text: def.System}, rate)
 	}
-	policy := policies.ContextPolicy{}
 	if def.Context != nil {
-		policy = *def.Context
+		b.policy = *def.Context
 	}
-	if policy.Notes {
+	if b.policy.Notes {
 		text := notesText(in.Notes)
-		req.System = strings.TrimSpace(req.System + "\n\n" + text)
-		add(Part{Kind: "notes", Bytes: len(text), Text: text})
+		b.req.System = strings.TrimSpace(b.req.System + "\n\n" + text)
+		b.part(Part{Kind: "notes", Bytes: len(text), Text: text}, rate)
 	}
 	if len(in.Tools) > 0 {
 		n := 0
@@ -173,107 +204,188 @@ func build(in Input, parts bool) Context {
 			n += len(t.Name) + len(t.Description) + len(t.Schema) + partOverhead
 			names = append(names, t.Name)
 		}
-		add(Part{Kind: "tools", Bytes: n, Name: strings.Join(names, ", ")})
+		b.part(Part{Kind: "tools", Bytes: n, Name: strings.Join(names, ", ")}, rate)
 	}
-
-	var msgs []model.Message
 	if len(in.Entries) > 0 {
-		msgs = make([]model.Message, 0, len(in.Entries)/2+2)
+		b.msgs = make([]model.Message, 0, len(in.Entries)/2+2)
 	}
-	last := func() *model.Message {
-		if len(msgs) == 0 {
-			return nil
-		}
-		return &msgs[len(msgs)-1]
+	b.open = map[string]bool{}
+}
+
+func (b *builder) part(p Part, rate float64) {
+	b.c.Bytes += int64(p.Bytes)
+	if b.parts {
+		p.Tokens = Estimate(int64(p.Bytes), rate)
+		b.c.Parts = append(b.c.Parts, p)
 	}
-	user := func(text string) {
-		if l := last(); l != nil && l.Role == model.RoleUser {
-			l.Text += "\n\n" + text
+}
+
+func (b *builder) last() *model.Message {
+	if len(b.msgs) == 0 {
+		return nil
+	}
+	return &b.msgs[len(b.msgs)-1]
+}
+
+// mut makes message i of msgs one that no request returned holds.
+func (b *builder) mut(i int) {
+	if i < b.shared {
+		b.msgs = append(make([]model.Message, 0, cap(b.msgs)), b.msgs...)
+		b.shared = 0
+	}
+}
+
+func (b *builder) user(text string) {
+	if l := b.last(); l != nil && l.Role == model.RoleUser {
+		b.mut(len(b.msgs) - 1)
+		l = b.last()
+		l.Text += "\n\n" + text
+		return
+	}
+	b.msgs = append(b.msgs, model.Message{Role: model.RoleUser, Text: text})
+}
+
+func (b *builder) release() {
+	for _, text := range b.held {
+		b.user(text)
+	}
+	b.held = nil
+}
+
+// masks reports whether a tool result of turn is a placeholder in the
+// context of a call of turn now.
+func (b *builder) masks(now, turn int) bool {
+	return b.policy.MaskAfterTurns > 0 && now-turn > b.policy.MaskAfterTurns
+}
+
+// add renders entry e (of in.Entries) after those before it.
+func (b *builder) add(in *Input, e *record.Entry) {
+	if e.Kind == record.KindSummary && e.ID != in.State.Summary {
+		// A summary the latest one stands for.
+		return
+	}
+	rate := 0.0
+	if b.parts {
+		rate, _ = Rate(in.State)
+	}
+	p := Part{Kind: string(e.Kind), Entry: e.ID, Turn: e.Turn, Name: e.Name}
+	switch e.Kind {
+	case record.KindEvent, record.KindUser, record.KindControl, record.KindSummary:
+		if e.Kind == record.KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == record.KindControl && e.Text == "" {
+			// interrupt, cancel, approve and deny are the runtime's
+			// business; the model sees their effects.
 			return
 		}
-		msgs = append(msgs, model.Message{Role: model.RoleUser, Text: text})
-	}
-	// open are the calls of the last answer still without a result. Inputs
-	// recorded meanwhile (an event that reached a blocked session, a
-	// resume's text) wait in held until every call is answered: providers
-	// want an answer's tool calls followed by their results at once.
-	open := map[string]bool{}
-	var held []string
-	release := func() {
-		for _, text := range held {
-			user(text)
+		text := e.Text
+		switch e.Kind {
+		case record.KindControl:
+			text = "[" + e.Name + "] " + text
+		case record.KindSummary:
+			text = summaryText(*e)
+			p.Covers = e.Covers
 		}
-		held = nil
+		p.Bytes, p.Text = len(text)+partOverhead, text
+		b.part(p, rate)
+		if len(b.open) > 0 {
+			b.held = append(b.held, text)
+			return
+		}
+		b.user(text)
+	case record.KindAssistant:
+		clear(b.open)
+		b.release()
+		p.Bytes, p.Text = len(e.Text)+partOverhead, e.Text
+		b.part(p, rate)
+		b.msgs = append(b.msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
+	case record.KindToolCall:
+		if l := b.last(); l != nil && l.Role == model.RoleAssistant {
+			b.mut(len(b.msgs) - 1)
+			l = b.last()
+			l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
+			b.open[e.CallID] = true
+			p.Bytes = len(e.Name) + len(e.Args) + len(e.CallID) + partOverhead
+			if b.parts {
+				p.Text = string(e.Args)
+			}
+			b.part(p, rate)
+		}
+	case record.KindToolResult:
+		content := e.Result
+		masked := b.masks(in.Turn, e.Turn)
+		if masked {
+			p.Masked, p.Handle = true, Handle(in.Names, in.Ref, *e)
+			content = placeholder(*e, p.Handle)
+			b.c.Masked++
+		}
+		p.Bytes, p.Text = len(content)+len(e.CallID)+partOverhead, content
+		b.part(p, rate)
+		r := model.ToolResult{CallID: e.CallID, Content: content, IsError: e.IsError}
+		if l := b.last(); l != nil && l.Role == model.RoleTool {
+			b.mut(len(b.msgs) - 1)
+			l = b.last()
+			l.ToolResults = append(l.ToolResults, r)
+		} else {
+			b.msgs = append(b.msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
+		}
+		if b.track && !masked && b.policy.MaskAfterTurns > 0 {
+			m := len(b.msgs) - 1
+			b.unmasked = append(b.unmasked, shown{msg: m, result: len(b.msgs[m].ToolResults) - 1, e: e})
+		}
+		delete(b.open, e.CallID)
+		if len(b.open) == 0 {
+			b.release()
+		}
 	}
-	for _, e := range in.Entries {
-		if e.Kind == record.KindSummary && e.ID != in.State.Summary {
-			// A summary the latest one stands for.
+}
+
+// remask turns the results older than mask_after_turns at in.Turn into
+// their placeholders, where Build would have written them. A message's
+// results are copied before one changes: requests returned before share
+// them.
+func (b *builder) remask(in *Input) {
+	keep := b.unmasked[:0]
+	for _, u := range b.unmasked {
+		if !b.masks(in.Turn, u.e.Turn) {
+			keep = append(keep, u)
 			continue
 		}
-		p := Part{Kind: string(e.Kind), Entry: e.ID, Turn: e.Turn, Name: e.Name}
-		switch e.Kind {
-		case record.KindEvent, record.KindUser, record.KindControl, record.KindSummary:
-			if e.Kind == record.KindControl && !(e.Name == "steer" || e.Name == "resume") || e.Kind == record.KindControl && e.Text == "" {
-				// interrupt, cancel, approve and deny are the runtime's
-				// business; the model sees their effects.
-				continue
-			}
-			text := e.Text
-			switch e.Kind {
-			case record.KindControl:
-				text = "[" + e.Name + "] " + text
-			case record.KindSummary:
-				text = summaryText(e)
-				p.Covers = e.Covers
-			}
-			p.Bytes, p.Text = len(text)+partOverhead, text
-			add(p)
-			if len(open) > 0 {
-				held = append(held, text)
-				continue
-			}
-			user(text)
-		case record.KindAssistant:
-			clear(open)
-			release()
-			p.Bytes, p.Text = len(e.Text)+partOverhead, e.Text
-			add(p)
-			msgs = append(msgs, model.Message{Role: model.RoleAssistant, Text: e.Text})
-		case record.KindToolCall:
-			if l := last(); l != nil && l.Role == model.RoleAssistant {
-				l.ToolCalls = append(l.ToolCalls, model.ToolCall{ID: e.CallID, Name: e.Name, Args: e.Args})
-				open[e.CallID] = true
-				p.Bytes = len(e.Name) + len(e.Args) + len(e.CallID) + partOverhead
-				if parts {
-					p.Text = string(e.Args)
-				}
-				add(p)
-			}
-		case record.KindToolResult:
-			content := e.Result
-			if policy.MaskAfterTurns > 0 && in.Turn-e.Turn > policy.MaskAfterTurns {
-				p.Masked, p.Handle = true, Handle(in.Names, in.Ref, e)
-				content = placeholder(e, p.Handle)
-				c.Masked++
-			}
-			p.Bytes, p.Text = len(content)+len(e.CallID)+partOverhead, content
-			add(p)
-			r := model.ToolResult{CallID: e.CallID, Content: content, IsError: e.IsError}
-			if l := last(); l != nil && l.Role == model.RoleTool {
-				l.ToolResults = append(l.ToolResults, r)
-			} else {
-				msgs = append(msgs, model.Message{Role: model.RoleTool, ToolResults: []model.ToolResult{r}})
-			}
-			delete(open, e.CallID)
-			if len(open) == 0 {
-				release()
-			}
-		}
+		content := placeholder(*u.e, Handle(in.Names, in.Ref, *u.e))
+		b.mut(u.msg)
+		m := &b.msgs[u.msg]
+		m.ToolResults = append([]model.ToolResult(nil), m.ToolResults...)
+		b.c.Bytes += int64(len(content) - len(u.e.Result))
+		m.ToolResults[u.result].Content = content
+		b.c.Masked++
 	}
-	release()
-	req.Messages = msgs
+	clear(b.unmasked[len(keep):])
+	b.unmasked = keep
+}
+
+// finish returns the context built. With keep, the builder goes on after
+// it (Builder): the request holds msgs, which change from then on only in
+// a copy (shared), and the inputs that wait for calls' results are
+// released into a copy of its own.
+func (b *builder) finish(in *Input, keep bool) Context {
+	c := b.c
+	c.BytesPerToken, c.Calibrated = Rate(in.State)
+	req := b.req
+	switch {
+	case keep && len(b.held) > 0:
+		msgs, held, shared := b.msgs, b.held, b.shared
+		b.msgs = append(make([]model.Message, 0, len(msgs)+len(held)), msgs...)
+		b.shared = 0
+		b.release()
+		req.Messages = b.msgs
+		b.msgs, b.held, b.shared = msgs, held, shared
+	case keep:
+		req.Messages = b.msgs[:len(b.msgs):len(b.msgs)]
+		b.shared = len(b.msgs)
+	default:
+		b.release()
+		req.Messages = b.msgs
+	}
 	c.Request = req
-	c.Tokens = Estimate(c.Bytes, rate)
+	c.Tokens = Estimate(c.Bytes, c.BytesPerToken)
 	return c
 }
 
