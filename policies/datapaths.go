@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -304,7 +305,7 @@ func (d *jsonDecoder) objectIn(depth int, p *DataPaths) (any, error) {
 // d.i when it has no escape, no control character and no byte past
 // ASCII: its bytes are then its value.
 func (d *jsonDecoder) plainString() (int, bool) {
-	for j := d.i + 1; j < len(d.b); j++ {
+	for j := stringRun(d.b, d.i+1, true); j < len(d.b); j++ {
 		c := d.b[j]
 		if c == '"' {
 			return j, true
@@ -314,6 +315,34 @@ func (d *jsonDecoder) plainString() (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Bytes repeated in each of a word's eight lanes.
+const (
+	lanes    = 0x0101010101010101
+	highBits = 0x8080808080808080
+)
+
+// stringRun returns the index, from j on, of the first word of b that
+// may hold a byte ending a run of a string's plain bytes: a quote, a
+// backslash, a control character and, when ascii, a byte past ASCII. It
+// reads eight bytes at a time; the caller reads on from there byte by
+// byte. A word has such a byte exactly when its lane's high bit is set
+// in mask (the carries of the subtractions reach only lanes above one
+// that holds such a byte).
+func stringRun(b []byte, j int, ascii bool) int {
+	for ; j+8 <= len(b); j += 8 {
+		x := binary.LittleEndian.Uint64(b[j:])
+		q, bs := x^(lanes*'"'), x^(lanes*'\\')
+		mask := (x-lanes*0x20)&^x | (q-lanes)&^q | (bs-lanes)&^bs
+		if ascii {
+			mask |= x
+		}
+		if mask&highBits != 0 {
+			return j
+		}
+	}
+	return j
 }
 
 // skip checks the value at d.i as value would and moves past it,
@@ -394,6 +423,10 @@ func (d *jsonDecoder) skipString() error {
 	}
 	d.i++ // "
 	for d.i < len(d.b) {
+		d.i = stringRun(d.b, d.i, false)
+		if d.i >= len(d.b) {
+			break
+		}
 		c := d.b[d.i]
 		switch {
 		case c == '"':

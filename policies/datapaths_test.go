@@ -3,6 +3,7 @@ package policies
 import (
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -150,5 +151,34 @@ func TestVarsForReadsMoreThanDecoded(t *testing.T) {
 	}
 	if vars, _ = d.VarsFor(&DataPaths{}); vars["event"].(map[string]any)["data"] != nil {
 		t.Fatalf("data for no path: %v", vars["event"].(map[string]any)["data"])
+	}
+}
+
+// TestStringRun holds stringRun to a byte-by-byte scan: for every byte
+// value at every offset of strings of plain bytes up to 40 long, it
+// stops at or before the first byte that ends a run, never past it, and
+// within a word of it.
+func TestStringRun(t *testing.T) {
+	ends := func(c byte, ascii bool) bool { return c == '"' || c == '\\' || c < 0x20 || ascii && c >= 0x80 }
+	for _, ascii := range []bool{true, false} {
+		for n := range 41 {
+			for at := range n {
+				for c := range 256 {
+					b := []byte(strings.Repeat("a", n))
+					b[at] = byte(c)
+					want := n
+					for j, x := range b {
+						if ends(x, ascii) {
+							want = j
+							break
+						}
+					}
+					got := stringRun(b, 0, ascii)
+					if got > want || want-got >= 8 && got+8 <= n {
+						t.Fatalf("stringRun(%q, ascii %v) = %d, first end at %d", b, ascii, got, want)
+					}
+				}
+			}
+		}
 	}
 }

@@ -170,6 +170,7 @@ func (d *jsonDecoder) string() (string, error) {
 	d.i++ // "
 	start := d.i
 	// The common case: no escape, valid UTF-8, no control character.
+	d.i = stringRun(d.b, d.i, true)
 	for d.i < len(d.b) {
 		c := d.b[d.i]
 		if c == '"' {

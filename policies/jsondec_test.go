@@ -116,6 +116,19 @@ func BenchmarkParseJSON(b *testing.B) {
 			}
 		}
 	})
+	b.Run("paths", func(b *testing.B) {
+		// What a webhook's receiver and a pull request rule read.
+		p := &DataPaths{}
+		for _, path := range [][]string{{"action"}, {"repository", "full_name"}, {"pull_request", "number"}, {"pull_request", "draft"}} {
+			p.Add(path...)
+		}
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			if _, err := ParseJSONPaths(raw, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("encoding/json", func(b *testing.B) {
 		b.SetBytes(int64(len(raw)))
 		for b.Loop() {
