@@ -390,9 +390,15 @@ func Prompt(e event.Event) (string, error) {
 }
 
 // Stamp returns the copy of e that goes to d's session: e with the agent,
-// session, trigger and prompt extensions set.
+// session, trigger and prompt extensions set, its data shared with e.
 func Stamp(e event.Event, d Decision) event.Event {
+	// The data is shared, not copied: an event's data is never written
+	// in place, and a copy of a webhook's tens of kilobytes per session
+	// is most of what stamping would cost.
+	data := e.DataEncoded
+	e.DataEncoded = nil
 	out := e.Clone()
+	out.DataEncoded = data
 	out.SetExtension(events.ExtAgent, d.Agent)
 	out.SetExtension(events.ExtSession, d.Session)
 	out.SetExtension(ExtTrigger, d.Trigger)

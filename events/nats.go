@@ -97,6 +97,23 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	return m, nil
 }
 
+// ToMsgSharing is ToMsg with e's data as the message's body, not a copy
+// of it: for a caller that writes neither while the message is in use
+// (a publish of a webhook's tens of kilobytes, once per session).
+func ToMsgSharing(subject string, e event.Event) (*nats.Msg, error) {
+	data := e.DataEncoded
+	if n := len(data); n > MaxEventSize {
+		return nil, fmt.Errorf("to message on %s: %w: %w: data is %d bytes, max %d", quote(subject), ErrInvalidEvent, ErrTooLarge, n, MaxEventSize)
+	}
+	e.DataEncoded = nil
+	m, err := ToMsg(subject, e)
+	if err != nil {
+		return nil, err
+	}
+	m.Data = data
+	return m, nil
+}
+
 // FromMsg reads the CloudEvent carried by m.
 //
 // A Content-Type header starting with "application/cloudevents" (in any

@@ -161,6 +161,33 @@ func TestToMsg(t *testing.T) {
 	}
 }
 
+// TestToMsgSharing shows ToMsgSharing writes the message ToMsg writes,
+// header for header and byte for byte, with the event's data as its body.
+func TestToMsgSharing(t *testing.T) {
+	e := newEvent(t)
+	e.SetSubject("Euro € 😀")
+	want, err := events.ToMsg(testSubject, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := events.ToMsgSharing(testSubject, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Subject != want.Subject || !maps.EqualFunc(got.Header, want.Header, slices.Equal) || !bytes.Equal(got.Data, want.Data) {
+		t.Fatalf("ToMsgSharing = %q %q %q, want %q %q %q", got.Subject, got.Header, got.Data, want.Subject, want.Header, want.Data)
+	}
+	if &got.Data[0] != &e.DataEncoded[0] {
+		t.Error("message body is a copy of the event's data")
+	}
+	back, err := events.FromMsg(overTheWire(t, got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.DataBase64 = false // JSON data comes back as JSON, as from ToMsg
+	requireSameEvent(t, back, e)
+}
+
 func TestToMsgOmitsStructuredContentType(t *testing.T) {
 	e := newEvent(t)
 	inner := `{"specversion":"1.0","id":"1","source":"/x","type":"t"}`
@@ -219,17 +246,19 @@ func TestToMsgRejects(t *testing.T) {
 			if subject == "" && tt.want != events.ErrInvalidSubject {
 				subject = testSubject
 			}
-			m, err := events.ToMsg(subject, e)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("ToMsg = %v, %v; want %v", m, err, tt.want)
-			}
-			if tt.want == events.ErrTooLarge && !errors.Is(err, events.ErrInvalidEvent) {
-				t.Errorf("error %v does not wrap ErrInvalidEvent", err)
-			}
-			if tt.attr != "" {
-				var ae *events.AttributeError
-				if !errors.As(err, &ae) || ae.Attribute != tt.attr {
-					t.Fatalf("error %v does not name attribute %q", err, tt.attr)
+			for name, toMsg := range map[string]func(string, event.Event) (*nats.Msg, error){"ToMsg": events.ToMsg, "ToMsgSharing": events.ToMsgSharing} {
+				m, err := toMsg(subject, e)
+				if !errors.Is(err, tt.want) {
+					t.Fatalf("%s = %v, %v; want %v", name, m, err, tt.want)
+				}
+				if tt.want == events.ErrTooLarge && !errors.Is(err, events.ErrInvalidEvent) {
+					t.Errorf("%s: error %v does not wrap ErrInvalidEvent", name, err)
+				}
+				if tt.attr != "" {
+					var ae *events.AttributeError
+					if !errors.As(err, &ae) || ae.Attribute != tt.attr {
+						t.Fatalf("%s: error %v does not name attribute %q", name, err, tt.attr)
+					}
 				}
 			}
 		})

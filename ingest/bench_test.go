@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,16 +99,42 @@ func benchIngestVsRaw(b *testing.B, syncing string) {
 	// shared machine.
 	const rounds = 4
 	var raw, viaHTTP time.Duration
+	// The requests to JetStream each way makes, counted on the one
+	// connection both use (the ingest's and the raw operations').
+	nc := h.js.Conn()
+	var rawMsgs, ingestMsgs uint64
+	// And the CPU time of the process (server, ingest and load alike)
+	// each way takes, which a shared machine's load does not change as
+	// it changes the rates: the rates' ratio tends to the inverse of
+	// these when the machine is busy.
+	var rawCPU, ingestCPU time.Duration
 	for r := range rounds {
 		from, to := 1+r*b.N/rounds, 1+(r+1)*b.N/rounds
+		before, cpu0 := nc.Stats().OutMsgs, cpuTime(b)
 		raw += run(from, to, rawOp)
+		mid, cpu1 := nc.Stats().OutMsgs, cpuTime(b)
 		viaHTTP += run(from, to, ingestOp)
+		rawMsgs, ingestMsgs = rawMsgs+mid-before, ingestMsgs+nc.Stats().OutMsgs-mid
+		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpuTime(b)-cpu1
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(rawMsgs)/float64(b.N), "raw-js-msgs/op")
+	b.ReportMetric(float64(ingestMsgs)/float64(b.N), "ingest-js-msgs/op")
+	b.ReportMetric(float64(rawCPU.Microseconds())/float64(b.N), "raw-cpu-µs/op")
+	b.ReportMetric(float64(ingestCPU.Microseconds())/float64(b.N), "ingest-cpu-µs/op")
 	rawRate := float64(b.N) / raw.Seconds()
 	ingestRate := float64(b.N) / viaHTTP.Seconds()
 	b.ReportMetric(rawRate, "raw/s")
 	b.ReportMetric(ingestRate, "ingest/s")
 	b.ReportMetric(ingestRate/rawRate, "ratio")
 	b.Logf("n=%d: raw JetStream %.0f/s, ingest %.0f/s, ratio %.2f (target at least 0.50)", b.N, rawRate, ingestRate, ingestRate/rawRate)
+}
+
+// cpuTime is the user and system CPU time the process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -62,7 +62,7 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 					m.publishFailures.Inc()
 					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 				}
-				msg, err := events.ToMsg(subject, admission.Stamp(ev, dec))
+				msg, err := events.ToMsgSharing(subject, admission.Stamp(ev, dec))
 				if err != nil {
 					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}

@@ -166,7 +166,9 @@ func (a *Admission) ReadBody(w http.ResponseWriter, r *http.Request, limit int64
 	body := http.MaxBytesReader(w, r.Body, limit)
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(min(r.ContentLength, chunk)))
+		// And MinRead past it, so reading to the end of a body of the
+		// declared length does not grow it again.
+		buf.Grow(int(min(r.ContentLength, chunk)) + bytes.MinRead)
 	}
 	deadlines := true
 	for {
