@@ -65,6 +65,11 @@ const (
 	// limit, a cycle, an input the agent does not read); the reason goes
 	// back to the delegating session.
 	Refused Outcome = "refused"
+	// NoRoom: the agent holds its share of JL_IN's room (streams.Room):
+	// the event is not published to it, and goes to JL_DLQ (reason
+	// no_room) to be redriven when room frees, while the agents that had
+	// room get it.
+	NoRoom Outcome = "no_room"
 )
 
 // Decision is admission's answer for one agent (or, for Rejected with no

@@ -105,7 +105,7 @@ func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int)
 			return nil, err
 		}
 		out = append(out, m)
-		if d.Outcome == Failed {
+		if d.Outcome == Failed || d.Outcome == NoRoom {
 			dl, err := a.deadLetter(e, d)
 			if err != nil {
 				return nil, err
@@ -161,7 +161,11 @@ func auditMessage(names streams.Names, e event.Event, agent string, rec Record) 
 }
 
 func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
-	subject, err := a.names.DLQ(string(DLQReason))
+	reason := DLQReason
+	if d.Outcome == NoRoom {
+		reason = dlq.NoRoom
+	}
+	subject, err := a.names.DLQ(string(reason))
 	if err != nil {
 		return nil, fmt.Errorf("admission: dead letter subject: %w", err)
 	}
@@ -171,7 +175,7 @@ func (a *Admitter) deadLetter(e event.Event, d Decision) (*nats.Msg, error) {
 	}
 	m.Header.Set(HeaderRule, d.Rule())
 	m.Header.Set(HeaderError, oneLine(d.Reason))
-	m.Header.Set(dlq.HeaderReason, string(DLQReason))
+	m.Header.Set(dlq.HeaderReason, string(reason))
 	m.Header.Set(dlq.HeaderDetail, oneLine(d.Rule()+": "+d.Reason))
 	m.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject+"|"+d.Rule()))
 	return m, nil

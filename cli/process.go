@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -319,4 +320,34 @@ func baseMux(h *health.Checker) *http.ServeMux {
 	mux.Handle("GET /healthz", h.Healthz())
 	mux.Handle("GET /readyz", h.Readyz())
 	return mux
+}
+
+// InShares are the shares of JL_IN's room each agent and source may take
+// (streams.Shares), from JETLOOP_IN_AGENT_SHARE and JETLOOP_IN_SOURCE_SHARE
+// (percent of the room, 1–100; 100: no share) and
+// JETLOOP_IN_SOURCE_WINDOW (a duration); unset: the defaults.
+func (rt *Runtime) InShares() (streams.Shares, error) {
+	var sh streams.Shares
+	for _, v := range []struct {
+		env string
+		to  *int
+	}{{"JETLOOP_IN_AGENT_SHARE", &sh.Agent}, {"JETLOOP_IN_SOURCE_SHARE", &sh.Source}} {
+		s := rt.Getenv(v.env)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return sh, fmt.Errorf("%s=%q: want a percent from 1 to 100", v.env, s)
+		}
+		*v.to = n
+	}
+	if s := rt.Getenv("JETLOOP_IN_SOURCE_WINDOW"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Second {
+			return sh, fmt.Errorf("JETLOOP_IN_SOURCE_WINDOW=%q: want a duration of at least 1s", s)
+		}
+		sh.SourceWindow = d
+	}
+	return sh, nil
 }

@@ -107,8 +107,13 @@ func ingestComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 		}
 		log.Info("GitHub webhooks accepted only from listed networks", "file", path, "networks", networks.Len())
 	}
+	shares, err := rt.InShares()
+	if err != nil {
+		return nil, err
+	}
 	srv, err := ingest.New(ingest.Config{
 		Names:          rt.Names,
+		Shares:         shares,
 		GitHubSecret:   []byte(secret),
 		Token:          token,
 		Gate:           g,

@@ -174,7 +174,11 @@ func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, l
 	if err != nil {
 		return nil, err
 	}
-	pipe := ingest.Pipeline(rt.JS, dd, adm, rt.Names, nil, int(rt.NC.MaxPayload())-64<<10)
+	shares, err := rt.InShares()
+	if err != nil {
+		return nil, err
+	}
+	pipe := ingest.Pipeline(rt.JS, dd, adm, rt.Names, nil, int(rt.NC.MaxPayload())-64<<10, shares)
 	return func(ctx context.Context, e event.Event) (worker.Admission, error) {
 		res, err := pipe(ctx, &ingest.Delivery{Event: e, Receiver: "delegate"})
 		switch {

@@ -42,9 +42,13 @@ const (
 	// session that is not working, a fork onto a session that exists…);
 	// the session's transcript notes it too.
 	NotApplicable Reason = "not_applicable"
+	// NoRoom: JL_IN had no room for the message: the agent it was for held
+	// its share of JL_IN, or a runtime writer (a timer, a delegation's
+	// answer) found JL_IN full. A redrive once room is free delivers it.
+	NoRoom Reason = "no_room"
 )
 
-var reasons = []Reason{RuleError, NotCloudEvent, BadSubject, SessionCancelled, NoDefinition, BadTick, InvalidControl, NoSession, NotApplicable}
+var reasons = []Reason{RuleError, NotCloudEvent, BadSubject, SessionCancelled, NoDefinition, BadTick, InvalidControl, NoSession, NotApplicable, NoRoom}
 
 // Reasons returns every reason.
 func Reasons() []Reason { return append([]Reason(nil), reasons...) }

@@ -13,6 +13,7 @@ type Metrics struct {
 	duplicates      *prometheus.CounterVec
 	decisions       *prometheus.CounterVec
 	publishFailures prometheus.Counter
+	roomRefused     *prometheus.CounterVec
 	seconds         *prometheus.HistogramVec
 }
 
@@ -34,6 +35,9 @@ func NewMetrics() *Metrics {
 		publishFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "jetloop_ingest_publish_failures_total", Help: "Deliveries answered 503 because a publish to JetStream failed.",
 		}),
+		roomRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "jetloop_ingest_room_refused_total", Help: "Events JL_IN had no room for, by what was out of room (stream, source or agent), agent (for agent) and source.",
+		}, []string{"scope", "agent", "source"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "jetloop_ingest_request_seconds", Help: "Time to answer a request, by receiver.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
@@ -53,6 +57,7 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		{m.duplicates, func(c prometheus.Collector) { m.duplicates = c.(*prometheus.CounterVec) }},
 		{m.decisions, func(c prometheus.Collector) { m.decisions = c.(*prometheus.CounterVec) }},
 		{m.publishFailures, func(c prometheus.Collector) { m.publishFailures = c.(prometheus.Counter) }},
+		{m.roomRefused, func(c prometheus.Collector) { m.roomRefused = c.(*prometheus.CounterVec) }},
 		{m.seconds, func(c prometheus.Collector) { m.seconds = c.(*prometheus.HistogramVec) }},
 	}
 	for _, r := range regs {

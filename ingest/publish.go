@@ -70,7 +70,7 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 				targetOf = append(targetOf, len(res.Admitted))
 				msgs = append(msgs, msg)
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session})
-			case admission.Refused:
+			case admission.Refused, admission.NoRoom:
 				res.Refused = append(res.Refused, Refusal{Agent: dec.Agent, Session: dec.Session, Reason: dec.Reason})
 			case admission.Debounced:
 				ref, err := dec.Ref()

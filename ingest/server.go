@@ -18,6 +18,7 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/admission"
@@ -72,8 +73,11 @@ type Config struct {
 	// body limit (GitHub: MaxGitHubBody), goes to jl_blobs and the event
 	// carries a claim check (ExtBlob, BlobRef). 0: events.MaxEventSize.
 	MaxEventSize int
-	Log          *slog.Logger
-	Metrics      *Metrics
+	// Shares bound what one agent and one source may take of JL_IN's
+	// room (streams.Shares). Zero: the defaults.
+	Shares  streams.Shares
+	Log     *slog.Logger
+	Metrics *Metrics
 	// Now is the clock of event times. Default time.Now.
 	Now func() time.Time
 }
@@ -177,7 +181,7 @@ func (s *Server) Readmit(ctx context.Context, e event.Event, agent string) ([]st
 // the sender and built the CloudEvent: dedupe, then admission, then the
 // room left in JL_IN, then publish. Read it top to bottom.
 func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter) Handler {
-	return Pipeline(js, store, adm, s.cfg.Names, s.m, s.cfg.MaxEventSize)
+	return Pipeline(js, store, adm, s.cfg.Names, s.m, s.cfg.MaxEventSize, s.cfg.Shares)
 }
 
 // Pipeline is the path of every event once it is built: dedupe, then
@@ -185,20 +189,54 @@ func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admi
 // maxEventSize bytes (0: events.MaxEventSize). The receivers run it, and
 // so does a process that makes events of its own that must be admitted
 // like any other: a worker starting a delegated session.
-func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter, names streams.Names, m *Metrics, maxEventSize int) Handler {
+//
+// shares bound each agent's and source's part of JL_IN's room
+// (streams.Shares); one value, or none for the defaults.
+func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter, names streams.Names, m *Metrics, maxEventSize int, shares ...streams.Shares) Handler {
 	if maxEventSize <= 0 || maxEventSize > events.MaxEventSize {
 		maxEventSize = events.MaxEventSize
 	}
 	if m == nil {
 		m = NewMetrics()
 	}
+	var sh streams.Shares
+	if len(shares) > 0 {
+		sh = shares[0]
+	}
 	return Chain(
 		Publish(js, adm, names, m, WithClaimCheck(maxEventSize)),
 		Deduplicate(store, adm, js, m),
 		RefuseUnadmitted(),
 		Admit(adm),
-		Room(streams.NewRoom(js, names.StreamIn())),
+		Room(streams.NewInRoom(js, names, sh), m, auditNoRoom(js, names)),
 	)
+}
+
+// auditNoRoom records in JL_AUDIT, for each agent refused, that JL_IN had
+// no room for the event (decision no_room, with the reason): the sender is
+// answered 503, and the audit trail shows whose flood it was.
+func auditNoRoom(js jetstream.JetStream, names streams.Names) func(context.Context, *Delivery, map[string]error) {
+	return func(ctx context.Context, d *Delivery, refused map[string]error) {
+		var msgs []*nats.Msg
+		for _, dec := range d.Decisions {
+			err := refused[dec.Agent]
+			if err == nil {
+				continue
+			}
+			switch dec.Outcome {
+			case admission.Admitted, admission.Debounced, admission.Throttled:
+			default:
+				continue
+			}
+			dec.Outcome, dec.Reason = admission.NoRoom, err.Error()
+			if m, err := admission.DecisionMessage(names, d.Event, dec, time.Now()); err == nil {
+				msgs = append(msgs, m)
+			}
+		}
+		// JL_AUDIT drops its oldest when full: a failure here is NATS's,
+		// and the 503 that follows says why already.
+		_ = admission.Publish(ctx, js, msgs)
+	}
 }
 
 // Request runs a user's request through the pipeline, exactly as POST

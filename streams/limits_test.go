@@ -158,3 +158,41 @@ func TestProvisionNeverLimitsBelowWhatIsHeld(t *testing.T) {
 		t.Fatalf("max_msgs %d for a stream holding 8, want 10", got)
 	}
 }
+
+// An agent that holds its share of JL_IN's room is refused while another
+// agent is let through, and a source that added its share within its
+// window is refused whole, while another source is not.
+func TestRoomSharesOfAgentsAndSources(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	n := streams.Default()
+	// A room of 40 messages: 10 an agent, 20 a source within its window.
+	if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{n.StreamIn(): {Bytes: 1 << 20, Msgs: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	room := streams.NewInRoom(js, n, streams.Shares{Agent: 25, Source: 50, SourceWindow: time.Hour})
+	for i := range 10 {
+		subject := n.InAll()[:len(n.InAll())-1] + "a.s" + fmt.Sprint(i)
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: []byte("event")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused, err := room.Take(ctx, streams.Write{Source: "github", Agents: map[string]int{"a": 1, "b": 1}, Bytes: 64})
+	if err != nil || refused["b"] != nil || !errors.Is(refused["a"], streams.ErrShare) || !strings.Contains(refused["a"].Error(), "agent a would hold 11 messages") {
+		t.Fatalf("agent a with 10 of its 10: refused %v, err %v", refused, err)
+	}
+	for range 9 {
+		if refused, err := room.Take(ctx, streams.Write{Source: "github", Agents: map[string]int{"b": 1, "c": 1}, Bytes: 64}); err != nil || len(refused) > 0 {
+			t.Fatalf("github within its share: refused %v, err %v", refused, err)
+		}
+	}
+	// 19 of github's 20 so far (b's one above and nine of two).
+	_, err = room.Take(ctx, streams.Write{Source: "github", Agents: map[string]int{"d": 2}, Bytes: 64})
+	if !errors.Is(err, streams.ErrShare) || !strings.Contains(err.Error(), "source github added 19 messages") {
+		t.Fatalf("github past its share: %v", err)
+	}
+	if refused, err := room.Take(ctx, streams.Write{Source: "request", Agents: map[string]int{"d": 2}, Bytes: 64}); err != nil || len(refused) > 0 {
+		t.Fatalf("another source: refused %v, err %v", refused, err)
+	}
+}

@@ -594,3 +594,13 @@ func parseRef(in, at, st string) (SessionRef, error) {
 	}
 	return SessionRef{Agent: agent, Session: session, agentTok: at, sessionTok: st}, nil
 }
+
+// InAgentAll matches every subject of one agent in JL_IN: its sessions'
+// events, bursts, throttled events and timers, and its schedule messages.
+func (n Names) InAgentAll(agent string) (string, error) {
+	t, err := agentToken(agent)
+	if err != nil {
+		return "", err
+	}
+	return n.p() + ".*." + t + ".>", nil
+}
