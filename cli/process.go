@@ -103,7 +103,13 @@ func (rt *Runtime) Trees(workDir string) (*proctree.Starter, error) {
 		return nil, err
 	}
 	if cg, err := s.Cgroups(); err != nil {
-		log.Info("tool processes run without cgroups; their reapers alone stop them", "why", err)
+		if oerr := s.Orphans(); oerr != nil {
+			log.Warn("tool processes run without cgroups, and this process cannot take in what a tree leaves when its reaper is killed: a command that kills its reaper and drops JETLOOP_PROCESS_TREE from its environment can leave processes running",
+				"why", err, "orphans", oerr)
+		} else {
+			log.Warn("tool processes run without cgroups: their reapers and this process stop them while it runs, but what a tree leaves when its reaper dies with this process is found by the next worker only if it kept JETLOOP_PROCESS_TREE in its environment",
+				"why", err)
+		}
 	} else {
 		log.Debug("tool processes run in cgroups", "under", cg)
 	}

@@ -155,6 +155,9 @@ func withMarker(marker string) ([]Proc, error) {
 // since p was read is never signalled. A process that is gone is not an
 // error.
 func (p Proc) signal(sig unix.Signal) error {
+	// Not to be taken for a child this process started (see owner).
+	owner.fds.RLock()
+	defer owner.fds.RUnlock()
 	fd, err := unix.PidfdOpen(p.Pid, 0)
 	if errors.Is(err, unix.ESRCH) {
 		return nil

@@ -94,6 +94,7 @@ type Starter struct {
 	self     Proc
 	cgParent string
 	cgErr    error
+	orphErr  error
 	seq      atomic.Uint64
 }
 
@@ -108,7 +109,10 @@ func New(cfg Config) (*Starter, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Starter{cfg: cfg, self: self}
+	s := &Starter{cfg: cfg, self: self, orphErr: becomeOwner()}
+	if s.orphErr != nil {
+		cfg.Log.Warn("this process does not take in what trees leave when their reapers are killed", "err", s.orphErr)
+	}
 	if cfg.Cgroups == CgroupAuto {
 		s.cgParent, s.cgErr = findCgroupParent()
 	} else {
@@ -128,6 +132,19 @@ func (s *Starter) Dir() string { return s.cfg.Dir }
 // Cgroups returns the cgroup trees' cgroups are made under, or the reason
 // there are none (then each tree's reaper alone finds its processes).
 func (s *Starter) Cgroups() (string, error) { return s.cgParent, s.cgErr }
+
+// Orphans says whether this process takes in and kills what a tree
+// leaves when its reaper is killed (by the tree's own command, say): nil
+// when it is a child subreaper that tells the children it started from
+// orphans (Linux with pidfds), or the reason it is not. Without it and
+// without cgroups, a tree that kills its reaper and drops MarkerEnv from
+// its environment can leave a process running.
+func (s *Starter) Orphans() error {
+	if s.orphErr != nil {
+		return s.orphErr
+	}
+	return ownerErr()
+}
 
 // Command is what a tree runs: its main process's program, arguments,
 // environment, folder and standard streams. An io.Reader or io.Writer
@@ -262,6 +279,7 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		return fail(fmt.Errorf("proctree: start %s: %w", path, err))
 	}
 	_ = pr.SetReadDeadline(time.Time{})
+	checkStarted(t.reaper.Process.Pid)
 	if s.cfg.Dir != "" {
 		t.record = filepath.Join(s.cfg.Dir, fmt.Sprintf("%d-%d-%d.json", s.self.Pid, s.self.Start, n))
 		reaper, _ := procOf(t.reaper.Process.Pid)
@@ -301,9 +319,8 @@ func withoutMarker(env []string) []string {
 func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
 	defer close(t.done)
 	defer pipe.Close()
-	werr := t.reaper.Wait()
-	// The reaper's last words: the pipe ends with it, its only writer.
-	_ = pipe.SetReadDeadline(time.Now().Add(time.Second))
+	// The reaper's last words: the pipe ends when it does, its only
+	// writer.
 	rest, _ := io.ReadAll(io.LimitReader(status, 4<<10))
 	clean := false
 	for line := range strings.SplitSeq(strings.TrimSpace(string(rest)), "\n") {
@@ -322,14 +339,23 @@ func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
 			t.err = fmt.Errorf("proctree: %s: %s", t.label, strings.TrimPrefix(line, "error "))
 		}
 	}
+	if !clean {
+		// The reaper was killed (by its own command, say) before it had
+		// killed the tree: its command died with it (its death signal),
+		// and what else ran was reparented to this process, a subreaper,
+		// where it is killed at once, before it can do more. The pipe
+		// ends before the reaper's children are reparented: first wait
+		// for that, the reaper's exit proper.
+		waitExited(t.reaper.Process.Pid)
+		n, err := killOrphans(t.s.cfg.KillTimeout)
+		if err != nil || n > 0 {
+			t.s.cfg.Log.Warn("killed processes a tree left behind when its reaper was killed", "tree", t.label, "processes", n, "err", err)
+		}
+	}
+	werr := t.reaper.Wait()
 	if !clean && t.err == nil {
-		// The reaper died before it could say (killed with SIGKILL): its
-		// command died with it (its death signal) or was killed, and
-		// what else ran is found by cgroup and marker below.
 		t.status = Status{ExitCode: -1, Signal: syscall.SIGKILL}
-		if t.killed.Load() {
-			t.err = nil
-		} else {
+		if !t.killed.Load() {
 			t.err = fmt.Errorf("proctree: %s: the reaper ended without a status (%v)", t.label, werr)
 		}
 	}
@@ -339,6 +365,8 @@ func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
 		}
 	}
 	if !clean {
+		// Where this process is no subreaper, the marker still finds what
+		// kept it.
 		if n, err := killMarked(t.marker, t.s.cfg.KillTimeout); err != nil || n > 0 {
 			t.s.cfg.Log.Warn("killed processes a tree left behind", "tree", t.label, "processes", n, "err", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -409,5 +410,229 @@ func TestReaperKilledByItsCommand(t *testing.T) {
 			}
 			waitGone(t, pids...)
 		})
+	}
+}
+
+// pidsUntilEOF reads lines ending in a pid from r until it ends: until
+// every process holding the writing end is gone.
+func pidsUntilEOF(t *testing.T, r io.Reader, cleanup func([]int)) []int {
+	t.Helper()
+	got := make(chan int, 1024)
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 0 {
+				continue
+			}
+			pid, err := strconv.Atoi(f[len(f)-1])
+			if err != nil {
+				done <- fmt.Errorf("not a pid: %q", sc.Text())
+				return
+			}
+			got <- pid
+		}
+		done <- sc.Err()
+	}()
+	var pids []int
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case pid := <-got:
+			pids = append(pids, pid)
+		case err := <-done:
+			for len(got) > 0 {
+				pids = append(pids, <-got)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pids
+		case <-timeout:
+			cleanup(pids)
+			t.Fatalf("the tree's output never ended: something of it still runs (%d pids read: %v)", len(pids), pids)
+		}
+	}
+}
+
+func killAll(pids []int) {
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// A command that kills its reaper cannot leave anything running: not a
+// setsid child that dropped MarkerEnv (env -i) and so cannot be found by
+// it, not one that also changed its name, not what double forks on after
+// the reaper is dead. Without a cgroup, all of it was reparented to this
+// process, a child subreaper, and is killed there.
+func TestEscapeAfterTheReaperIsKilled(t *testing.T) {
+	dir := t.TempDir()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sleep, dir+"/sshd"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, script string
+	}{
+		{name: "setsid without the marker", script: `setsid env -i sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`},
+		{name: "renamed without the marker", script: `setsid env -i ` + dir + `/sshd 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`},
+		// The child kills the reaper after its first double fork, and
+		// goes on double forking: each grandchild, in a session of its
+		// own and without the marker, is an orphan the moment its parent
+		// exits.
+		{name: "double forks after the kill", script: `sh -c 'i=0; while [ $i -lt 200 ]; do setsid env -i sh -c "sleep 1000 </dev/null >/dev/null 2>&1 & echo \$!"; [ $i = 0 ] && kill -9 $1; i=$((i+1)); done; sleep 1000' x $PPID & echo $!; wait`},
+	}
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			s, err := proctree.New(proctree.Config{Cgroups: mode, KillTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode == proctree.CgroupOff {
+				if err := s.Orphans(); err != nil {
+					t.Fatalf("this process does not take orphans in: %v", err)
+				}
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					pr, pw := io.Pipe()
+					tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", tt.script}, Stdout: pw, Label: tt.name})
+					if err != nil {
+						t.Fatal(err)
+					}
+					go func() { _, _ = tree.Wait(); pw.Close() }()
+					pids := pidsUntilEOF(t, pr, killAll)
+					defer killAll(pids)
+					if len(pids) == 0 {
+						t.Fatal("the tree announced no process")
+					}
+					t.Logf("%d processes announced", len(pids))
+					select {
+					case <-tree.Done():
+					case <-time.After(30 * time.Second):
+						t.Fatal("the tree never ended after its command killed its reaper")
+					}
+					if _, err := tree.Wait(); err == nil {
+						t.Fatal("Wait: no error for a reaper that ended without a status")
+					}
+					waitGone(t, pids...)
+				})
+			}
+		})
+	}
+}
+
+// What takes in the orphans of a killed reaper kills only them: a child
+// this process started outside any tree, a stdio server (as an MCP
+// server's) with and without a tree, another tree's setsid child all run
+// on, and a child that has exited keeps its status for its Wait.
+func TestOrphansKilledOthersSpared(t *testing.T) {
+	s, err := proctree.New(proctree.Config{Cgroups: proctree.CgroupOff, KillTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Orphans(); err != nil {
+		t.Fatalf("this process does not take orphans in: %v", err)
+	}
+	plain := exec.Command("sleep", "1000")
+	if err := plain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = plain.Process.Kill(); _ = plain.Wait() }()
+
+	exited := exec.Command("sh", "-c", "exit 7")
+	if err := exited.Start(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if alive(exited.Process.Pid) {
+			return fmt.Errorf("process %d still runs", exited.Process.Pid)
+		}
+		return nil
+	})
+
+	stdio := exec.Command("cat")
+	in, err := stdio.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := stdio.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stdio.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); _ = stdio.Wait() }()
+
+	// Pipes as the MCP client makes them (an io.Pipe as stdin would keep
+	// the tree's Wait copying from it).
+	treeIn, treeInW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeOutR, treeOut, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", `setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; exec cat`},
+		Stdin: treeIn, Stdout: treeOut, Label: "stdio server"})
+	treeIn.Close()
+	treeOut.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer treeOutR.Close()
+	defer treeInW.Close()
+	defer func() {
+		if err := server.Kill(); err != nil {
+			t.Error(err)
+		}
+	}()
+	serverOut := bufio.NewReader(treeOutR)
+	serverPids := pidsFrom(t, serverOut, 1)
+
+	pr, pw := io.Pipe()
+	escape, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c",
+		`setsid env -i sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`}, Stdout: pw, Label: "escape"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = escape.Wait(); pw.Close() }()
+	escapees := pidsUntilEOF(t, pr, killAll)
+	defer killAll(escapees)
+	<-escape.Done()
+	waitGone(t, escapees...)
+
+	mustAlive(t, "a child started outside any tree", plain.Process.Pid)
+	mustAlive(t, "another tree's setsid child", serverPids...)
+	mustAlive(t, "another tree's main process", server.Pid())
+	echo := func(what string, w io.Writer, r *bufio.Reader) {
+		t.Helper()
+		if _, err := io.WriteString(w, "ping\n"); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		line := make(chan string, 1)
+		go func() { l, _ := r.ReadString('\n'); line <- l }()
+		select {
+		case l := <-line:
+			if l != "ping\n" {
+				t.Fatalf("%s answered %q", what, l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s does not answer", what)
+		}
+	}
+	echo("a stdio child outside any tree", in, bufio.NewReader(out))
+	echo("a stdio server in a tree", treeInW, serverOut)
+	err = exited.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("the status of a child that had exited: %v", err)
 	}
 }
