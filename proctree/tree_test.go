@@ -462,6 +462,15 @@ func killAll(pids []int) {
 	}
 }
 
+// escape is a command that starts prog 1000 in a session of its own and
+// without MarkerEnv, announces its pid, kills its reaper once the marker
+// is gone from prog's environment, and sleeps.
+func escape(prog string) string {
+	return `setsid env -i ` + prog + ` 1000 </dev/null >/dev/null 2>&1 & p=$!; echo $p
+while grep -q ` + proctree.MarkerEnv + `= /proc/$p/environ 2>/dev/null; do :; done
+kill -9 $PPID; sleep 1000`
+}
+
 // A command that kills its reaper cannot leave anything running: not a
 // setsid child that dropped MarkerEnv (env -i) and so cannot be found by
 // it, not one that also changed its name, not what double forks on after
@@ -479,8 +488,8 @@ func TestEscapeAfterTheReaperIsKilled(t *testing.T) {
 	tests := []struct {
 		name, script string
 	}{
-		{name: "setsid without the marker", script: `setsid env -i sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`},
-		{name: "renamed without the marker", script: `setsid env -i ` + dir + `/sshd 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`},
+		{name: "setsid without the marker", script: escape("sleep")},
+		{name: "renamed without the marker", script: escape(dir + "/sshd")},
 		// The child kills the reaper after its first double fork, and
 		// goes on double forking: each grandchild, in a session of its
 		// own and without the marker, is an orphan the moment its parent
@@ -599,7 +608,7 @@ func TestOrphansKilledOthersSpared(t *testing.T) {
 
 	pr, pw := io.Pipe()
 	escape, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c",
-		`setsid env -i sleep 1000 </dev/null >/dev/null 2>&1 & echo $!; kill -9 $PPID; sleep 1000`}, Stdout: pw, Label: "escape"})
+		escape("sleep")}, Stdout: pw, Label: "escape"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,4 +644,14 @@ func TestOrphansKilledOthersSpared(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
 		t.Fatalf("the status of a child that had exited: %v", err)
 	}
+}
+
+// A process whose first Starter made it a subreaper (as a worker's does)
+// kills what a tree left when its command killed its reaper, with no
+// marker to find it by, and runs on.
+func TestOwnerProcessKillsOrphans(t *testing.T) {
+	cmd, pids := owner(t, proctree.CgroupOff, t.TempDir(), escape("sleep"), 1)
+	t.Cleanup(func() { killAll(pids) })
+	waitGone(t, pids...)
+	mustAlive(t, "the owner", cmd.Process.Pid)
 }
