@@ -97,18 +97,30 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// WaitReady waits until a meta leader exists and every running node is
-// current with it.
+// WaitReady waits until a meta leader exists, every running node is
+// current with it, and the leader can place assets on every running node:
+// it has their JetStream statistics. (Before those arrive, a replicated
+// stream created at once is refused: "no suitable peers for placement".)
 func (c *Cluster) WaitReady() {
 	c.t.Helper()
 	WaitFor(c.t, readyTimeout, func() error {
-		if c.Leader() < 0 {
+		l := c.Leader()
+		if l < 0 {
 			return errors.New("no JetStream meta leader yet")
 		}
-		for i, s := range c.Nodes() {
-			if s != nil && !s.JetStreamReady() {
+		nodes := c.Nodes()
+		running := 0
+		for i, s := range nodes {
+			if s == nil {
+				continue
+			}
+			running++
+			if !s.JetStreamReady() {
 				return fmt.Errorf("node %d is not current with the meta leader", i+1)
 			}
+		}
+		if peers := nodes[l].Server().JetStreamClusterPeers(); len(peers) < running {
+			return fmt.Errorf("the meta leader can place on %d of the %d running nodes (%v)", len(peers), running, peers)
 		}
 		return nil
 	})
