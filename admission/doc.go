@@ -10,7 +10,9 @@
 // within it, on jl.debounce.<agent>.<session>[.<key-hash>], replaced
 // through Nats-Rollup by each event of a burst, so the server fires once
 // with the latest data and the burst's count, after the quiet window or
-// the max_wait since the burst's first event), the decision records in JL_AUDIT, and the dead letters
+// the max_wait since the burst's first event; an event whose replacement
+// was stored only after the server copied the burst to fire is debounced
+// again), the decision records in JL_AUDIT, and the dead letters
 // in JL_DLQ for events whose rules failed to evaluate.
 //
 // Delegate events (events.TypeDelegate, a session's delegate call) are
