@@ -36,25 +36,26 @@ const maxReplace = 8
 // rev; taken while the state has moved on, this writer is fenced
 // (ErrFenced), and nothing it writes is part of any transcript.
 //
-// The state is encoded while the creates' answers are awaited, so the
-// encoding costs the step no time of its own.
+// The state is encoded while the answers of several creates are awaited
+// (beside a single create, encoded before it: a goroutine of its own
+// costs more than the encoding).
 func (s *Store) Settle(ctx context.Context, ref streams.SessionRef, entries []Entry, st State, rev uint64) (uint64, error) {
 	if len(entries) == 0 {
 		return s.Update(ctx, ref, st, rev)
 	}
 	var b []byte
 	var encErr error
-	encoded := make(chan struct{})
-	go func() {
-		defer close(encoded)
-		b, encErr = encodeState(ref, st)
-	}()
-	err := s.createEntries(ctx, ref, entries, rev)
-	<-encoded
-	if err != nil {
+	encoded := false
+	encode := func() {
+		if !encoded {
+			b, encErr = encodeState(ref, &st)
+			encoded = true
+		}
+	}
+	if err := s.createEntries(ctx, ref, entries, rev, encode); err != nil {
 		return 0, err
 	}
-	if encErr != nil {
+	if encode(); encErr != nil {
 		return 0, encErr
 	}
 	if s.Between != nil {
@@ -78,16 +79,24 @@ func (s *Store) encodeEntry(ref streams.SessionRef, e Entry) ([]byte, error) {
 	return b, nil
 }
 
+// createHeader makes a publish create-only. Shared by every create:
+// nothing writes it after this (the publishes take no options that would
+// add to it).
+var createHeader = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{"0"}}
+
 // createMsg is the create-only write of an entry: it lands only on a
 // subject without messages.
 func (s *Store) createMsg(ref streams.SessionRef, id uint64, b []byte) *nats.Msg {
-	m := &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, id)), Header: nats.Header{}, Data: b}
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
-	return m
+	return &nats.Msg{Subject: streams.KVSubject(s.bucket, s.names.LogKey(ref, id)), Header: createHeader, Data: b}
 }
 
-// createEntries creates entries, create-only, for a state at rev.
-func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entries []Entry, rev uint64) error {
+// createEntries creates entries, create-only, for a state at rev, calling
+// meanwhile, if set, once while answers are awaited (or before a single
+// create).
+func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entries []Entry, rev uint64, meanwhile func()) error {
+	if meanwhile == nil {
+		meanwhile = func() {}
+	}
 	if len(entries) > MaxToolCalls+8 {
 		return fmt.Errorf("record: settlement of %s has %d entries, max %d", ref, len(entries), MaxToolCalls+8)
 	}
@@ -108,6 +117,7 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 		first = 1
 	}
 	if len(entries)-first == 1 {
+		meanwhile()
 		return s.createOne(ctx, ref, entries[first].ID, bodies[first], rev)
 	}
 	// Send them all, then hear every answer: one round trip.
@@ -120,6 +130,7 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 		}
 		futs[i] = f
 	}
+	meanwhile()
 	for i := first; i < len(entries); i++ {
 		var err error
 		if f := futs[i]; f != nil {

@@ -135,8 +135,8 @@ func (s *Store) Create(ctx context.Context, ref streams.SessionRef, st State) (u
 }
 
 // encodeState returns the stored form of st.
-func encodeState(ref streams.SessionRef, st State) ([]byte, error) {
-	b, err := encodeStateJSON(&st)
+func encodeState(ref streams.SessionRef, st *State) ([]byte, error) {
+	b, err := encodeStateJSON(st)
 	if err != nil {
 		return nil, fmt.Errorf("record: encode state of %s: %w", ref, err)
 	}
@@ -148,7 +148,7 @@ func encodeState(ref streams.SessionRef, st State) ([]byte, error) {
 
 // Update writes st if the state is still at revision rev.
 func (s *Store) Update(ctx context.Context, ref streams.SessionRef, st State, rev uint64) (uint64, error) {
-	b, err := encodeState(ref, st)
+	b, err := encodeState(ref, &st)
 	if err != nil {
 		return 0, err
 	}

@@ -180,7 +180,7 @@ func TestSettleFencedByTakenEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	theirs := Entry{ID: 1, Kind: KindToolResult, CallID: "c1", Result: "real", Time: now}
-	if err := s.createEntries(ctx, ref, []Entry{theirs}, crev); err != nil {
+	if err := s.createEntries(ctx, ref, []Entry{theirs}, crev, nil); err != nil {
 		t.Fatal(err)
 	}
 	mine := Entry{ID: 1, Kind: KindToolResult, CallID: "c1", Result: "late", Time: now}

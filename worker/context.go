@@ -96,8 +96,28 @@ func (s *session) payload(ctx context.Context, t *policies.CompiledTrigger, ev e
 }
 
 // window builds the context of the model call of turn: the live entries
-// with the policy's masking, the notes, the tools.
+// with the policy's masking, the notes, the tools. It goes on from the
+// request built for the call before (the session's window.Builder),
+// which builds the whole request again whenever more than entries
+// appended changed.
 func (s *session) window(ctx context.Context, turn int) (window.Input, window.Context, error) {
+	in, err := s.windowInput(ctx, turn)
+	if err != nil {
+		return in, window.Context{}, err
+	}
+	c := s.reqs.Request(in)
+	if requestBuilt != nil {
+		requestBuilt(c, window.BuildRequest(in))
+	}
+	return in, c, nil
+}
+
+// requestBuilt, if set (by tests), hears every request window built
+// beside the one BuildRequest builds whole from the same input.
+var requestBuilt func(got, whole window.Context)
+
+// windowInput is what window builds from.
+func (s *session) windowInput(ctx context.Context, turn int) (window.Input, error) {
 	in := window.Input{
 		Names: s.w.names, Ref: s.r.ref, Def: s.def,
 		State: s.st, Entries: s.live, Turn: turn,
@@ -106,11 +126,11 @@ func (s *session) window(ctx context.Context, turn int) (window.Input, window.Co
 	if p := s.def.Context; p != nil && p.Notes {
 		n, _, err := tools.ReadNotes(ctx, s.w.sessions, s.w.names, s.r.ref)
 		if err != nil {
-			return in, window.Context{}, err
+			return in, err
 		}
 		in.Notes = n.Text
 	}
-	return in, window.BuildRequest(in), nil
+	return in, nil
 }
 
 // toolSpecs are the specs of the tools the definition's calls offer.

@@ -20,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tools"
+	"github.com/jetloop/jetloop/window"
 	"github.com/jetloop/jetloop/worker"
 )
 
@@ -447,5 +448,78 @@ func TestKeepLastOneCompacts(t *testing.T) {
 	// the head's and the current turn's results.
 	if compactions == 0 || largest > 4000+3*3200 {
 		t.Fatalf("%d compactions, largest request %d bytes", compactions, largest)
+	}
+}
+
+// Every request a session builds going on from the one before is the one
+// built whole from the same input, byte for byte: over a persistent
+// session whose results are masked as they age, whose context is
+// compacted and whose notes change, and over one whose answers make
+// several calls at once.
+func TestRequestsGoOnFromTheLastAsBuiltWhole(t *testing.T) {
+	var mu sync.Mutex
+	var built, differ int
+	var first string
+	worker.OnRequestBuilt(t, func(got, whole window.Context) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(whole)
+		mu.Lock()
+		defer mu.Unlock()
+		built++
+		if string(g) != string(w) && differ == 0 {
+			first = fmt.Sprintf("request %d:\ngot   %s\nwhole %s", built, g, w)
+		}
+		if string(g) != string(w) {
+			differ++
+		}
+	})
+	e := setup(t)
+	kv, err := e.js.KeyValue(context.Background(), e.names.BucketSessions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(tools.RegistryOptions{}, append(tools.Builtins(tools.BuiltinConfig{Sessions: kv}), big{})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepFirst, keepLast := 1, 2
+	mon := policies.Definition{Name: "mon", Tools: []string{"probe"}, System: "You watch an endpoint.",
+		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+			{Text: "Measuring.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}}},
+			{Text: "Noted.", ToolCalls: []policies.ScriptToolCall{{Name: "notes_write", Args: map[string]any{"text": "baseline: latency ok", "mode": "append"}}}},
+			{Text: "Nothing drifted."},
+		}},
+		Context: &policies.ContextPolicy{MaskAfterTurns: 3, CompactAtTokens: 2000, KeepFirstTurns: &keepFirst, KeepLastTurns: &keepLast, Notes: true},
+	}
+	fan := policies.Definition{Name: "fan", Tools: []string{"probe"},
+		Model: policies.Model{Provider: "scripted", ScriptScope: "run", Script: []policies.ScriptEntry{
+			{Text: "Both.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}, {Name: "probe"}}},
+			{Text: "Again.", ToolCalls: []policies.ScriptToolCall{{Name: "probe"}, {Name: "probe"}, {Name: "probe"}}},
+			{Text: "Done <&>."},
+		}},
+	}
+	e.start(t, worker.Config{Definitions: defs{"mon": mon, "fan": fan}, Tools: worker.RegistryTools(reg), Agents: []string{"mon", "fan"}})
+	monRef, fanRef := e.ref(t, "mon", "health"), e.ref(t, "fan", "f")
+	const events = 10
+	for i := range events {
+		e.send(t, monRef, "tick")
+		e.send(t, fanRef, fmt.Sprintf("go %d", i))
+		e.waitStatusTurns(t, monRef, record.StatusDone, 3*(i+1))
+		e.waitStatusTurns(t, fanRef, record.StatusDone, 3*(i+1))
+	}
+	tr := e.waitStatus(t, monRef, record.StatusDone)
+	summaries := 0
+	for _, en := range tr.Transcript {
+		if en.Kind == record.KindSummary {
+			summaries++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if summaries == 0 || built < 2*3*events {
+		t.Fatalf("%d summaries, %d requests built: the session did not compact or call", summaries, built)
+	}
+	if differ > 0 {
+		t.Fatalf("%d of %d requests differ from the whole build; the first, %s", differ, built, first)
 	}
 }

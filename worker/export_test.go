@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/jetloop/jetloop/streams"
+	"github.com/jetloop/jetloop/window"
 )
 
 // OnRetentionListed calls f in every retention pass of the test, after
@@ -18,4 +19,11 @@ func OnRetentionListed(t testing.TB, f func(agent string)) {
 func OnRetentionPurged(t testing.TB, f func(ref streams.SessionRef)) {
 	retentionPurged = f
 	t.Cleanup(func() { retentionPurged = nil })
+}
+
+// OnRequestBuilt calls f with every model request a session builds and
+// the one window.BuildRequest builds whole from the same input.
+func OnRequestBuilt(t testing.TB, f func(got, whole window.Context)) {
+	requestBuilt = f
+	t.Cleanup(func() { requestBuilt = nil })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jetloop/jetloop/model"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/window"
 )
 
 // session is a session being run by its lease holder: the state as last
@@ -27,6 +28,9 @@ type session struct {
 	// session.
 	live  []record.Entry
 	calls map[string]bool // call ids used in the live context
+	// reqs builds the model calls' requests from live, each going on
+	// from the one before.
+	reqs window.Builder
 	// dir is the session's work folder once made (dirMade): see workDir.
 	dir     string
 	dirMade bool

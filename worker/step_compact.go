@@ -187,12 +187,15 @@ func (s *session) compactionDue(ctx context.Context, next record.State, entries 
 	}
 	saved, savedLive := s.st, s.live
 	s.st, s.live = next, append(append([]record.Entry(nil), s.live...), entries...)
-	in, c, err := s.window(ctx, next.Turns+1)
+	// Built whole: the state and entries are not yet written, and the
+	// session's Builder keeps what the next call's request goes on from.
+	in, err := s.windowInput(ctx, next.Turns+1)
 	s.st, s.live = saved, savedLive
 	if err != nil {
 		// Decided at the step, as without merging.
 		return true
 	}
+	c := window.BuildRequest(in)
 	_, due := window.Due(in, c)
 	return due
 }
