@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -151,25 +152,50 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 	// shared machine.
 	const rounds = 4
 	var raw, via time.Duration
+	// Beside the rates, what each way asks of JetStream (the messages
+	// sent on the one connection both use) and the CPU time the process
+	// (servers, ingest and sender alike) spends on it: on a busy machine
+	// the rates' ratio tends to the inverse of the CPU's.
+	nc := e.js.Conn()
+	var rawMsgs, ingestMsgs uint64
+	var rawCPU, ingestCPU time.Duration
 	for r := range rounds {
 		from, to := r*n/rounds, (r+1)*n/rounds
+		msgs0, cpu0 := nc.Stats().OutMsgs, cpuTime()
 		d, err := parallel(ctx, to-from, conc, func(ctx context.Context, i int) error { return rawOp(ctx, from+i) })
 		if err != nil {
 			return nil, fmt.Errorf("raw operations: %w", err)
 		}
 		raw += d
+		msgs1, cpu1 := nc.Stats().OutMsgs, cpuTime()
 		if d, err = parallel(ctx, to-from, conc, func(ctx context.Context, i int) error { return ingestOp(ctx, from+i) }); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		via += d
+		rawMsgs, ingestMsgs = rawMsgs+msgs1-msgs0, ingestMsgs+nc.Stats().OutMsgs-msgs1
+		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpuTime()-cpu1
 	}
 	rawRate, ingestRate := float64(n)/raw.Seconds(), float64(n)/via.Seconds()
 	return map[string]float64{
-		"events/s":     ingestRate,
-		"raw-events/s": rawRate,
-		"ratio":        ingestRate / rawRate,
-		"body-bytes":   float64(len(body)),
+		"events/s":       ingestRate,
+		"raw-events/s":   rawRate,
+		"ratio":          ingestRate / rawRate,
+		"body-bytes":     float64(len(body)),
+		"js-msgs/event":  float64(ingestMsgs) / float64(n),
+		"raw-js-msgs/op": float64(rawMsgs) / float64(n),
+		"cpu-us/event":   float64(ingestCPU.Microseconds()) / float64(n),
+		"raw-cpu-us/op":  float64(rawCPU.Microseconds()) / float64(n),
 	}, nil
+}
+
+// cpuTime is the user and system CPU time the process has used; 0 where
+// it cannot be read.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // parallel calls op for 1..n from conc goroutines and returns how long it

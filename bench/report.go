@@ -22,6 +22,9 @@ var rows = slices.Concat([]row{
 		return fmt.Sprintf("%.0f vs %.0f", f["events/s"], f["raw-events/s"])
 	}},
 	{Ingest, "ingest: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
+	{Ingest, "ingest: CPU and JetStream messages a webhook, vs raw", func(f map[string]float64) string {
+		return fmt.Sprintf("%.0f µs, %.1f vs %.0f µs, %.1f", f["cpu-us/event"], f["js-msgs/event"], f["raw-cpu-us/op"], f["raw-js-msgs/op"])
+	}},
 }, stepRows(Step, "step"), stepRows(StepR3, "step R3"), []row{
 	{Control, "control: raw publish→consume p50 / p99", func(f map[string]float64) string {
 		return fmt.Sprintf("%s / %s", ms(f["raw-p50-ms"]), ms(f["raw-p99-ms"]))
