@@ -357,3 +357,22 @@ func (rt *Runtime) InShares() (streams.Shares, error) {
 	}
 	return sh, nil
 }
+
+// EventHorizon is how many consumed events a session keeps in JL_IN
+// (worker.Config.EventHorizon), from JETLOOP_EVENT_HORIZON: a count of at
+// least 1, or "all" (kept until retention removes the session); unset: 0,
+// the default.
+func (rt *Runtime) EventHorizon() (int, error) {
+	s := rt.Getenv("JETLOOP_EVENT_HORIZON")
+	switch s {
+	case "":
+		return 0, nil
+	case "all":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("JETLOOP_EVENT_HORIZON=%q: want a count of at least 1, or all", s)
+	}
+	return n, nil
+}

@@ -92,8 +92,12 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 	if err != nil {
 		return Component{}, err
 	}
+	horizon, err := rt.EventHorizon()
+	if err != nil {
+		return Component{}, err
+	}
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		workerTools(rt, blobs, gh, in, sessions, trees)...)
+		workerTools(rt, blobs, gh, in, sessions, trees, horizon)...)
 	if err != nil {
 		return Component{}, err
 	}
@@ -132,15 +136,16 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		Tools: worker.RegistryTools(registry),
 		// Answers to Slack messages go back to their thread; without a
 		// bot token the transcript says so.
-		Reply:    tools.SlackReply(tools.SlackConfig{Token: getenv(tools.EnvSlackBotToken), APIURL: getenv("JETLOOP_SLACK_API_URL")}),
-		MCP:      mcp.Options{Getenv: getenv, Metrics: reg},
-		WorkDir:  workDir,
-		Trees:    trees,
-		LeaseTTL: leaseTTL,
-		AckWait:  ackWait,
-		Log:      log,
-		Metrics:  metrics,
-		Tracer:   rt.Tracer,
+		Reply:        tools.SlackReply(tools.SlackConfig{Token: getenv(tools.EnvSlackBotToken), APIURL: getenv("JETLOOP_SLACK_API_URL")}),
+		MCP:          mcp.Options{Getenv: getenv, Metrics: reg},
+		WorkDir:      workDir,
+		Trees:        trees,
+		LeaseTTL:     leaseTTL,
+		AckWait:      ackWait,
+		EventHorizon: horizon,
+		Log:          log,
+		Metrics:      metrics,
+		Tracer:       rt.Tracer,
 	})
 	if err != nil {
 		return Component{}, err
@@ -201,8 +206,11 @@ func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, l
 // workerTools are the tools a worker runs. Definitions are checked
 // against tools.Names when they are applied: the two must name the same
 // tools (wire_worker_internal_test.go holds them to it).
-func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients, in tools.EventStore, sessions tools.NotesStore, trees *proctree.Starter) []tools.Tool {
-	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names, Events: in, Sessions: sessions, Trees: trees,
+func workerTools(rt *Runtime, blobs tools.BlobStore, gh *ghapp.Clients, in tools.EventStore, sessions tools.NotesStore, trees *proctree.Starter, horizon int) []tools.Tool {
+	if horizon == 0 {
+		horizon = worker.DefaultEventHorizon
+	}
+	return append(tools.Builtins(tools.BuiltinConfig{Blobs: blobs, Names: rt.Names, Events: in, EventHorizon: max(horizon, 0), Sessions: sessions, Trees: trees,
 		HTTPAllowPrivate: rt.Local || rt.Getenv("JETLOOP_HTTP_ALLOW_PRIVATE") == "1"}),
 		tools.GitHub(tools.GitHubConfig{Clients: gh})...)
 }

@@ -12,7 +12,7 @@ import (
 // a tool added to one and not the other fails here, not in a user's run.
 func TestWorkerToolsAreTheKnownTools(t *testing.T) {
 	var names []string
-	for _, tl := range workerTools(&Runtime{Names: streams.Default(), Getenv: func(string) string { return "" }}, nil, nil, nil, nil, nil) {
+	for _, tl := range workerTools(&Runtime{Names: streams.Default(), Getenv: func(string) string { return "" }}, nil, nil, nil, nil, nil, 0) {
 		names = append(names, tl.Spec().Name)
 	}
 	slices.Sort(names)

@@ -7,7 +7,8 @@
 // bounded by its share of a storage budget (Limits); what holds data not
 // yet consumed refuses new writes when full, and for JL_IN, where the
 // server cannot (message schedules forbid discard new), Room refuses them
-// before its limits are reached; what only remembers for a while
+// before its limits are reached, and refuses an agent or a source past
+// its share of that room (Shares); what only remembers for a while
 // (JL_AUDIT, jl_dedupe) drops its oldest.
 //
 // It does not publish or consume application messages, and it does not

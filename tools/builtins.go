@@ -33,6 +33,10 @@ type BuiltinConfig struct {
 	// Events is the JL_IN stream read_event reads; nil: read_event
 	// answers that no event store is configured.
 	Events EventStore
+	// EventHorizon is how many consumed events a session keeps in JL_IN
+	// (worker.Config.EventHorizon), which read_event names when an event
+	// is past it; 0: not named.
+	EventHorizon int
 	// Sessions is the jl_sessions bucket: notes_read and notes_write keep
 	// the notes there, and read_blob reads transcript entries (the handles
 	// of masked results) from it.
@@ -138,7 +142,7 @@ func Names() []string {
 // refuse them instead.
 func Builtins(cfg BuiltinConfig) []Tool {
 	if cfg.Validate() != nil {
-		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, Events: cfg.Events, Sessions: cfg.Sessions, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate, Trees: cfg.Trees}
+		cfg = BuiltinConfig{Blobs: cfg.Blobs, Names: cfg.Names, Events: cfg.Events, EventHorizon: cfg.EventHorizon, Sessions: cfg.Sessions, HTTPClient: cfg.HTTPClient, HTTPAllowPrivate: cfg.HTTPAllowPrivate, Trees: cfg.Trees}
 	}
 	cfg.setDefaults()
 	client := cfg.HTTPClient
@@ -152,7 +156,7 @@ func Builtins(cfg BuiltinConfig) []Tool {
 		askHuman{},
 		delegate{},
 		&readBlob{blobs: cfg.Blobs, sessions: cfg.Sessions, names: cfg.Names, limit: cfg.BlobReadLimit},
-		&readEvent{events: cfg.Events, names: cfg.Names, limit: cfg.BlobReadLimit},
+		&readEvent{events: cfg.Events, names: cfg.Names, limit: cfg.BlobReadLimit, horizon: cfg.EventHorizon},
 		&notesRead{kv: cfg.Sessions, names: cfg.Names},
 		&notesWrite{kv: cfg.Sessions, names: cfg.Names},
 	}

@@ -43,6 +43,8 @@ type readEvent struct {
 	events EventStore
 	names  streams.Names
 	limit  int
+	// horizon is how many consumed events a session keeps (0: unknown).
+	horizon int
 }
 
 func (r *readEvent) Spec() Spec {
@@ -79,7 +81,10 @@ func (r *readEvent) Call(ctx context.Context, call Call) (Result, error) {
 	}
 	m, err := r.events.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return errResult("read_event: no event %d (it may have been removed by the stream's limits)", seq), nil
+		if r.horizon > 0 {
+			return errResult("read_event: no event %d is kept: a session keeps the newest %d of the events it consumed (the read_event horizon), and older ones are removed; what the conversation shows of an older one is what remains of it", seq, r.horizon), nil
+		}
+		return errResult("read_event: no event %d is kept: a session keeps only its newest consumed events (the read_event horizon); what the conversation shows of an older one is what remains of it", seq), nil
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("read_event: get %d: %w", seq, err)

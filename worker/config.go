@@ -30,6 +30,9 @@ const (
 	// DefaultMaxRecoveries bounds how often recovery makes one step's effect
 	// again, so a step that kills its worker every time cannot loop.
 	DefaultMaxRecoveries = 3
+	// DefaultEventHorizon is how many of its consumed events a living
+	// session keeps in JL_IN: the events read_event can reach.
+	DefaultEventHorizon = 256
 )
 
 // Definitions is where the worker reads the agents it runs.
@@ -198,6 +201,18 @@ type Config struct {
 	// the agents it serves (one worker of many does each pass); default
 	// DefaultRetentionInterval, negative: never (Retain still works).
 	RetentionInterval time.Duration
+	// EventHorizon is how many of its consumed events a session keeps in
+	// JL_IN, the newest, when it rests: older ones are removed, so a
+	// long-lived session's events do not grow without bound (read_event
+	// answers for one past the horizon that it is no longer kept).
+	// Unconsumed events are never removed. Default DefaultEventHorizon;
+	// negative: every consumed event is kept until retention removes the
+	// session.
+	EventHorizon int
+	// Shares bound an agent's part of JL_IN's room (streams.Shares) for
+	// the worker's writes that start new work (an ephemeral tick's
+	// session); zero: the defaults.
+	Shares streams.Shares
 	// Admit publishes the delegate events of delegate calls through the
 	// admission pipeline. Nil: a delegate call answers that this worker
 	// cannot start sessions.
@@ -236,6 +251,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WorkDir == "" {
 		c.WorkDir = filepath.Join(os.TempDir(), "jetloop-work", c.Names.Prefix()+"-"+strings.ReplaceAll(c.ID, string(filepath.Separator), "_"))
+	}
+	if c.EventHorizon == 0 {
+		c.EventHorizon = DefaultEventHorizon
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = DefaultShutdownGrace

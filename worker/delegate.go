@@ -647,6 +647,9 @@ func (s *session) armDeadline(ctx context.Context, next *record.State) error {
 	m.Header.Set("Nats-Schedule-Target", s.w.names.In(s.r.ref))
 	m.Header.Set("Nats-Rollup", "sub")
 	m.Header.Set(nats.MsgIdHdr, "deadline-"+s.r.ref.Key()+"-"+run+"-"+at.Format(time.RFC3339))
+	if err := s.w.inRoom(ctx, s.r.ref, writerDeadlineTimer, true, len(m.Data)); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := s.w.js.PublishMsg(pctx, m, jetstream.WithExpectStream(s.w.names.StreamIn())); err != nil {

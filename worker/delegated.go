@@ -225,6 +225,9 @@ func (s *session) publishAnswer(ctx context.Context, parent, callID string, res 
 	if err != nil {
 		return fmt.Errorf("worker: answer to %s: %w", parent, err)
 	}
+	if err := s.w.inRoom(ctx, pref, writerAnswer, true, len(m.Data)); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := s.w.js.PublishMsg(pctx, m, jetstream.WithExpectStream(s.w.names.StreamIn())); err != nil {

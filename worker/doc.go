@@ -98,7 +98,9 @@
 // model step whose intent reserves the summary's id and names what it
 // covers, so recovery makes it again or adopts the stored summary. The
 // retention of an agent's sessions at rest (retention.go) runs in every
-// worker serving it, one pass per interval by a lease.
+// worker serving it, one pass per interval by a lease. A living session
+// that rests removes its consumed events in JL_IN past its horizon
+// (Config.EventHorizon, horizon.go), never one it has not consumed.
 //
 // The durable record itself (State, Entry, Intent, the store) and its
 // readers (List, Show, Follow) are record/'s.

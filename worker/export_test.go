@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jetloop/jetloop/streams"
@@ -26,4 +27,10 @@ func OnRetentionPurged(t testing.TB, f func(ref streams.SessionRef)) {
 func OnRequestBuilt(t testing.TB, f func(got, whole window.Context)) {
 	requestBuilt = f
 	t.Cleanup(func() { requestBuilt = nil })
+}
+
+// TrimConsumed is trimConsumed, for a session whose last consumed event
+// is inSeq.
+func (w *Worker) TrimConsumed(ctx context.Context, ref streams.SessionRef, inSeq uint64) (uint64, error) {
+	return w.trimConsumed(ctx, ref, inSeq)
 }

@@ -69,6 +69,9 @@ func (s *session) jitter(ctx context.Context, in *input, t schedule.Tick) (defer
 	h.Set(schedule.HeaderAt, "@at "+at.Format(time.RFC3339))
 	h.Set(schedule.HeaderTarget, s.w.names.In(s.r.ref))
 	h.Set(nats.MsgIdHdr, t.ID+"-jitter")
+	if err := s.w.inRoom(ctx, s.r.ref, writerJitter, true, len(in.data)); err != nil {
+		return false, err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := s.w.js.PublishMsg(pctx, &nats.Msg{Subject: subject, Header: h, Data: in.data}, jetstream.WithExpectStream(s.w.names.StreamIn())); err != nil {

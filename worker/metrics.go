@@ -44,6 +44,8 @@ type Metrics struct {
 	labelled   map[string]map[uint64]bool // versions with a label, by agent
 
 	retained      prometheus.Counter
+	trimmed       prometheus.Counter
+	roomRefused   *prometheus.CounterVec
 	compactions   prometheus.Counter
 	contextTokens prometheus.Histogram
 	maskedResults prometheus.Counter
@@ -129,6 +131,14 @@ func NewMetrics() *Metrics {
 			Namespace: "jetloop", Subsystem: "worker", Name: "retention_removed_total",
 			Help: "Sessions at rest removed by their agent's retention, with every record they had.",
 		}),
+		roomRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "room_refused_total",
+			Help: "Writes of the runtime to JL_IN refused for want of room, by writer (wait-timer, delegation-deadline, tick-jitter, delegate-answer, ephemeral-tick).",
+		}, []string{"writer"}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "jetloop", Subsystem: "worker", Name: "events_trimmed_total",
+			Help: "Consumed events of living sessions removed from JL_IN past their read_event horizon.",
+		}),
 		compactions: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "compactions_total",
 			Help: "Compaction steps settled: parts of a context replaced by a summary.",
@@ -161,13 +171,13 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 	// one the registry exports.
 	var errs []error
 	for _, c := range []**prometheus.CounterVec{&m.runs, &m.steps, &m.recoveries, &m.budgetStops, &m.statuses, &m.controls, &m.waitTimeouts,
-		&m.writeRetries, &m.deadLetters, &m.slots, &m.busy, &m.delegations, &m.ledgerReports} {
+		&m.writeRetries, &m.deadLetters, &m.slots, &m.busy, &m.delegations, &m.ledgerReports, &m.roomRefused} {
 		errs = append(errs, adopt(reg, c))
 	}
 	for _, c := range []**prometheus.HistogramVec{&m.stepSeconds, &m.controlSeconds} {
 		errs = append(errs, adopt(reg, c))
 	}
-	for _, c := range []*prometheus.Counter{&m.fenced, &m.approvals, &m.reclaims, &m.retained, &m.compactions, &m.maskedResults} {
+	for _, c := range []*prometheus.Counter{&m.fenced, &m.approvals, &m.reclaims, &m.retained, &m.trimmed, &m.compactions, &m.maskedResults} {
 		errs = append(errs, adopt(reg, c))
 	}
 	errs = append(errs, adopt(reg, &m.active), adopt(reg, &m.contextTokens))

@@ -316,7 +316,14 @@ func (r *runner) session(ctx context.Context) error {
 		return err
 	}
 	defer s.endRun("", "")
-	return s.loop(ctx, sctx)
+	if err := s.loop(ctx, sctx); err != nil {
+		return err
+	}
+	// Resting, under the lease: what it consumed past its horizon goes.
+	if _, err := w.trimConsumed(sctx, r.ref, s.st.InSeq); err != nil {
+		r.log.Warn("consumed events past the horizon stay until the session rests again", "err", err)
+	}
+	return nil
 }
 
 // keep renews the lease and keeps the held deliveries in progress until

@@ -38,7 +38,17 @@ func (s *session) tickInput(ctx context.Context, in *input, next *record.State) 
 	if t.Spec.Mode == schedule.Ephemeral && s.r.ref.Session == t.Spec.Session {
 		// The schedule's own session only routes: each tick gets a session
 		// named by its slot.
-		if err := s.w.forwardTick(ctx, t); err != nil {
+		err := s.w.forwardTick(ctx, t)
+		if errors.Is(err, streams.ErrFull) {
+			// No session is started: the tick goes to JL_DLQ (a redrive
+			// routes it again) and its schedule records it failed.
+			if err := s.w.deadLetter(ctx, in.subject, in.header, in.data, in.seq, dlq.NoRoom, err.Error()); err != nil {
+				return ev, false, err
+			}
+			s.w.recordTick(ctx, s.r.ref.Agent, t.Spec.Schedule, t.ID, t.Slot, schedule.ResultFailed, err)
+			return ev, true, nil
+		}
+		if err != nil {
 			return ev, false, err
 		}
 		log.Info("ephemeral tick routed", "to", t.Session)
@@ -245,6 +255,9 @@ func (w *Worker) forwardTick(ctx context.Context, t schedule.Tick) error {
 		m.Header.Set(schedule.HeaderJittered, "1")
 	}
 	m.Header.Set(nats.MsgIdHdr, t.ID)
+	if err := w.inRoom(ctx, ref, writerEphemeralTick, false, len(m.Data)); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := w.js.PublishMsg(pctx, m); err != nil {

@@ -127,6 +127,9 @@ func (s *session) armWait(ctx context.Context, next *record.State, call string, 
 	// One wait at a time: a new one replaces any timer left.
 	m.Header.Set("Nats-Rollup", "sub")
 	m.Header.Set(nats.MsgIdHdr, "wait-"+s.r.ref.Key()+"-"+call+"-"+next.Since.Format(time.RFC3339Nano))
+	if err := s.w.inRoom(ctx, s.r.ref, writerWaitTimer, true, len(m.Data)); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := s.w.js.PublishMsg(pctx, m, jetstream.WithExpectStream(s.w.names.StreamIn())); err != nil {

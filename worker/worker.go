@@ -41,7 +41,9 @@ type Worker struct {
 	slots    *slots
 	spend    *spend
 	in       jetstream.Stream
-	ctl      jetstream.Stream
+	// room is JL_IN's, checked before the worker's own writes to it.
+	room *streams.Room
+	ctl  jetstream.Stream
 	// schedules records tick results and holds the breakers.
 	schedules *schedule.HealthStore
 	// ticks remembers the ticks consumed (jl_dedupe).
@@ -147,6 +149,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if w.in, err = js.Stream(ctx, cfg.Names.StreamIn()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamIn(), err)
 	}
+	w.room = streams.NewInRoom(js, cfg.Names, cfg.Shares)
 	if w.ctl, err = js.Stream(ctx, cfg.Names.StreamCtl()); err != nil {
 		return nil, fmt.Errorf("worker: open stream %s: %w", cfg.Names.StreamCtl(), err)
 	}
