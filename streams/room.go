@@ -107,6 +107,21 @@ type agentHeld struct {
 	// over: its last write was refused; until the next read it is
 	// refused without reading, so a flood costs one read a second.
 	over bool
+	// sizes and writes are the bytes and messages of every write of the
+	// agent this process checked, kept across reads: the stream counts an
+	// agent's messages, not its bytes, and its average message (ticks,
+	// small events of other agents) must not stand for an agent's large
+	// ones.
+	sizes, writes uint64
+}
+
+// size is the bytes of one of the agent's messages: the larger of the
+// stream's average and the average of the agent's writes checked here.
+func (a *agentHeld) size(avg uint64) uint64 {
+	if a.writes > 0 {
+		return max(avg, a.sizes/a.writes)
+	}
+	return avg
 }
 
 // NewRoom watches the stream name.
@@ -317,7 +332,7 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 		return 0
 	}
 	near := func() bool {
-		return lm > 0 && (a.held+a.msgs)*5 > lm*4 || lb > 0 && (a.held*avg()+a.bytes)*5 > lb*4
+		return lm > 0 && (a.held+a.msgs)*5 > lm*4 || lb > 0 && (a.held*a.size(avg())+a.bytes)*5 > lb*4
 	}
 	if a == nil || time.Since(a.at) > roomEvery || near() && !a.over {
 		filter, err := r.names.InAgentAll(agent)
@@ -346,8 +361,9 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 			return fmt.Errorf("streams: room of agent %s in %s: %w", agent, r.name, err)
 		}
 	}
+	a.sizes, a.writes = a.sizes+uint64(bytes), a.writes+uint64(msgs)
 	count := a.held + a.msgs + uint64(msgs)
-	held := a.held*avg() + a.bytes + uint64(bytes)
+	held := a.held*a.size(avg()) + a.bytes + uint64(bytes)
 	switch {
 	case lm > 0 && count > lm:
 		a.over = true
