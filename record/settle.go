@@ -131,10 +131,13 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 		futs[i] = f
 	}
 	meanwhile()
+	// One bound for every answer: they come together.
+	actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+	defer cancel()
 	for i := first; i < len(entries); i++ {
 		var err error
 		if f := futs[i]; f != nil {
-			err = awaitAck(ctx, f)
+			err = awaitAck(actx, f)
 		} else {
 			err = errors.New("not sent")
 		}
@@ -153,17 +156,16 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 	return nil
 }
 
-// awaitAck waits for the answer to an asynchronous publish.
+// awaitAck waits for the answer to an asynchronous publish until ctx
+// ends.
 func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
-	actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
-	defer cancel()
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
 		return err
-	case <-actx.Done():
-		return actx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -95,7 +95,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names streams.Names) (*St
 	s := &Store{js: js, nc: js.Conn(), names: names, kv: kv, bucket: names.BucketSessions()}
 	s.publish = s.publishBatch
 	s.send = func(ctx context.Context, m *nats.Msg) error {
-		_, err := s.js.PublishMsg(ctx, m)
+		_, err := publish(ctx, s.nc, m)
 		return err
 	}
 	return s, nil
@@ -164,11 +164,7 @@ func (s *Store) updateEncoded(ctx context.Context, ref streams.SessionRef, b []b
 	return s.write(ctx, ref, b, rev, func(actx context.Context) (uint64, error) {
 		m := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: b}
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, last)
-		ack, err := s.js.PublishMsg(actx, m)
-		if err != nil {
-			return 0, err
-		}
-		return ack.Sequence, nil
+		return publish(actx, s.nc, m)
 	})
 }
 
