@@ -261,8 +261,9 @@ func burstCount(subject string, h nats.Header, data []byte) int {
 // (count or more) if seq replaced the pending burst in time, or the
 // replaced burst (a smaller count) if the server had copied that one
 // before seq was stored. If no fire of subject comes within maxFireWait
-// of replacedAt, seq replaced the burst before its timer went off, and
-// fires at its own @at.
+// of replacedAt while seq (or a message replacing it) is still pending,
+// seq replaced the burst before its timer went off, and fires at its own
+// @at.
 func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq uint64, count int, replacedAt time.Time) (bool, error) {
 	deadline := replacedAt.Add(maxFireWait)
 	from := seq + 1
@@ -280,7 +281,16 @@ func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq
 			return burstCount(m.Subject, m.Header, m.Data) < count, nil
 		}
 		if a.now().After(deadline) {
-			return false, nil
+			// Still pending: no fire took it. Gone with no fire in
+			// sight: the replica read is behind; read again.
+			raw, err := a.in.GetLastMsgForSubject(ctx, subject)
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+			case err != nil:
+				return false, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
+			case raw.Sequence >= seq:
+				return false, nil
+			}
 		}
 		t := time.NewTimer(delay)
 		select {
