@@ -53,6 +53,10 @@
 //     owner (systemd stops a unit's whole cgroup), or a container's pid
 //     namespace.
 //
+// Outside Linux (macOS, the BSDs) a tree is only its command's process
+// group: Kill and the command's exit kill the group, what leaves it
+// escapes, nothing dies with the owner, and Sweep finds nothing.
+//
 // It does not decide when to stop a tree (the tool that runs it does) or
 // confine what a tree may do: it is no sandbox.
 package proctree

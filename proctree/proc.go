@@ -1,3 +1,5 @@
+//go:build linux
+
 package proctree
 
 import (
@@ -10,17 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Proc names one process as it can be told apart from a later process
-// with the same pid: its pid and its start time (clock ticks since boot,
-// field 22 of /proc/<pid>/stat).
-type Proc struct {
-	Pid   int    `json:"pid"`
-	Start uint64 `json:"start"`
-}
-
-// String is "pid@start".
-func (p Proc) String() string { return strconv.Itoa(p.Pid) + "@" + strconv.FormatUint(p.Start, 10) }
 
 // stat is what the tree walks read of /proc/<pid>/stat.
 type stat struct {

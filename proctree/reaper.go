@@ -1,3 +1,5 @@
+//go:build linux
+
 package proctree
 
 import (
@@ -13,10 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// reaperEnv carries a reaper's settings from the process that starts it;
-// a process started with it set runs as a reaper (see init).
-const reaperEnv = "_JETLOOP_PROCTREE_REAPER"
 
 // reaperArg0 is a reaper's argv[0], as ps shows it.
 const reaperArg0 = "jetloop-proctree"

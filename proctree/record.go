@@ -1,8 +1,9 @@
+//go:build linux
+
 package proctree
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,62 +14,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Record is what a starter keeps of a running tree in its Dir, so that a
-// later process can kill the tree if its owner died with its reaper.
-type Record struct {
-	// Owner is the process that started the tree.
-	Owner Proc `json:"owner"`
-	// Reaper and Main are the tree's reaper and main process.
-	Reaper Proc `json:"reaper"`
-	Main   Proc `json:"main"`
-	// Marker is MarkerEnv's value in the tree's processes.
-	Marker string `json:"marker"`
-	// Cgroup is the tree's cgroup, if it has one.
-	Cgroup  string    `json:"cgroup,omitempty"`
-	Label   string    `json:"label,omitempty"`
-	Started time.Time `json:"started"`
-}
-
-// ReadRecord reads the record at path.
-func ReadRecord(path string) (Record, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Record{}, fmt.Errorf("proctree: %w", err)
-	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Record{}, fmt.Errorf("proctree: record %s: %w", path, err)
-	}
-	return r, nil
-}
-
-func writeRecord(path string, r Record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("proctree: write record %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("proctree: write record %s: %w", path, err)
-	}
-	return nil
-}
-
-// Swept is one tree a dead process left, and what Sweep did about it.
-type Swept struct {
-	// Label names the tree; Owner is the dead process that started it.
-	Label string
-	Owner Proc
-	// Killed counts the processes killed (by pid; a cgroup's are not
-	// counted one by one).
-	Killed int
-	// Cgroup is the tree's cgroup, removed.
-	Cgroup string
-}
 
 // Sweep kills what the trees of dead processes left running: every tree
 // recorded in the starter's Dir whose owner is no longer running (its

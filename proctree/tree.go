@@ -1,3 +1,5 @@
+//go:build linux
+
 package proctree
 
 import (
@@ -8,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,71 +21,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// MarkerEnv is set in the environment of every process of a tree to the
-// tree's marker, so that what a tree started can be found (and killed)
-// even when its reaper is gone.
-const MarkerEnv = "JETLOOP_PROCESS_TREE"
-
-// Defaults of Config.
-const (
-	DefaultKillTimeout  = 10 * time.Second
-	DefaultStartTimeout = 10 * time.Second
-)
-
-// CgroupMode says whether trees get a cgroup of their own.
-type CgroupMode string
-
-// Cgroup modes.
-const (
-	// CgroupAuto gives every tree a cgroup v2 with cgroup.kill where the
-	// process may make one, and none elsewhere.
-	CgroupAuto CgroupMode = ""
-	// CgroupOff never makes cgroups: the reaper alone finds the tree.
-	CgroupOff CgroupMode = "off"
-)
-
-// Config configures a Starter.
-type Config struct {
-	// Dir keeps a record of every running tree, so that Sweep in a later
-	// process can kill what this one left if it died with its reapers
-	// (kill -9 of the whole process group, the OOM killer). Empty: no
-	// records; trees still die with their reaper when this process dies,
-	// and Sweep still removes dead processes' cgroups.
-	Dir string
-	// Cgroups says whether trees get a cgroup. Default CgroupAuto.
-	Cgroups CgroupMode
-	// KillTimeout bounds how long Kill waits for a tree to be gone.
-	// Default 10 s.
-	KillTimeout time.Duration
-	// StartTimeout bounds how long Start waits for the reaper to start
-	// the command. Default 10 s.
-	StartTimeout time.Duration
-	Log          *slog.Logger
-}
-
-func (c *Config) setDefaults() {
-	if c.KillTimeout == 0 {
-		c.KillTimeout = DefaultKillTimeout
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = DefaultStartTimeout
-	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
-}
-
-// Validate reports a config that cannot work.
-func (c Config) Validate() error {
-	switch {
-	case c.KillTimeout < 0 || c.StartTimeout < 0:
-		return errors.New("proctree: negative timeout")
-	case c.Cgroups != CgroupAuto && c.Cgroups != CgroupOff:
-		return fmt.Errorf("proctree: cgroup mode %q: want %q or %q", c.Cgroups, CgroupAuto, CgroupOff)
-	}
-	return nil
-}
 
 // Starter starts process trees for one process and, with Sweep, kills
 // the trees dead processes left. One per process is enough; it is safe
@@ -144,33 +80,6 @@ func (s *Starter) Orphans() error {
 		return s.orphErr
 	}
 	return ownerErr()
-}
-
-// Command is what a tree runs: its main process's program, arguments,
-// environment, folder and standard streams. An io.Reader or io.Writer
-// that is not an *os.File is copied by goroutines, as os/exec does.
-type Command struct {
-	// Path is the program; a name without a slash is looked up in PATH.
-	Path string
-	// Args are the arguments, Args[0] included.
-	Args []string
-	// Env is the environment; nil is this process's.
-	Env []string
-	// Dir is the working folder; empty is this process's.
-	Dir    string
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
-	// Label names the tree in records and logs (agent, session, call).
-	Label string
-}
-
-// Status is how a tree's main process ended.
-type Status struct {
-	// ExitCode is the exit code, or -1 when a signal ended it.
-	ExitCode int
-	// Signal is the signal that ended it, if any.
-	Signal syscall.Signal
 }
 
 // Tree is a running command and everything it starts.
@@ -300,18 +209,6 @@ func parseStarted(line string) (pid int, start uint64, ok bool) {
 	pid, err1 := strconv.Atoi(f[1])
 	start, err2 := strconv.ParseUint(f[2], 10, 64)
 	return pid, start, err1 == nil && err2 == nil && pid > 0
-}
-
-// withoutMarker drops a marker inherited from a tree this process runs
-// in: every tree has its own.
-func withoutMarker(env []string) []string {
-	out := make([]string, 0, len(env)+2)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, MarkerEnv+"=") && !strings.HasPrefix(kv, reaperEnv+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // watch waits for the reaper, reads the main process's status, makes

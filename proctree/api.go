@@ -1,0 +1,189 @@
+package proctree
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// MarkerEnv is set in the environment of every process of a tree to the
+// tree's marker, so that what a tree started can be found (and killed)
+// even when its reaper is gone.
+const MarkerEnv = "JETLOOP_PROCESS_TREE"
+
+// reaperEnv carries a reaper's settings from the process that starts it;
+// a process started with it set runs as a reaper (see init).
+const reaperEnv = "_JETLOOP_PROCTREE_REAPER"
+
+// Defaults of Config.
+const (
+	DefaultKillTimeout  = 10 * time.Second
+	DefaultStartTimeout = 10 * time.Second
+)
+
+// CgroupMode says whether trees get a cgroup of their own.
+type CgroupMode string
+
+// Cgroup modes.
+const (
+	// CgroupAuto gives every tree a cgroup v2 with cgroup.kill where the
+	// process may make one, and none elsewhere.
+	CgroupAuto CgroupMode = ""
+	// CgroupOff never makes cgroups: the reaper alone finds the tree.
+	CgroupOff CgroupMode = "off"
+)
+
+// Config configures a Starter.
+type Config struct {
+	// Dir keeps a record of every running tree, so that Sweep in a later
+	// process can kill what this one left if it died with its reapers
+	// (kill -9 of the whole process group, the OOM killer). Empty: no
+	// records; trees still die with their reaper when this process dies,
+	// and Sweep still removes dead processes' cgroups.
+	Dir string
+	// Cgroups says whether trees get a cgroup. Default CgroupAuto.
+	Cgroups CgroupMode
+	// KillTimeout bounds how long Kill waits for a tree to be gone.
+	// Default 10 s.
+	KillTimeout time.Duration
+	// StartTimeout bounds how long Start waits for the reaper to start
+	// the command. Default 10 s.
+	StartTimeout time.Duration
+	Log          *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.KillTimeout == 0 {
+		c.KillTimeout = DefaultKillTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a config that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.KillTimeout < 0 || c.StartTimeout < 0:
+		return errors.New("proctree: negative timeout")
+	case c.Cgroups != CgroupAuto && c.Cgroups != CgroupOff:
+		return fmt.Errorf("proctree: cgroup mode %q: want %q or %q", c.Cgroups, CgroupAuto, CgroupOff)
+	}
+	return nil
+}
+
+// Command is what a tree runs: its main process's program, arguments,
+// environment, folder and standard streams. An io.Reader or io.Writer
+// that is not an *os.File is copied by goroutines, as os/exec does.
+type Command struct {
+	// Path is the program; a name without a slash is looked up in PATH.
+	Path string
+	// Args are the arguments, Args[0] included.
+	Args []string
+	// Env is the environment; nil is this process's.
+	Env []string
+	// Dir is the working folder; empty is this process's.
+	Dir    string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Label names the tree in records and logs (agent, session, call).
+	Label string
+}
+
+// Status is how a tree's main process ended.
+type Status struct {
+	// ExitCode is the exit code, or -1 when a signal ended it.
+	ExitCode int
+	// Signal is the signal that ended it, if any.
+	Signal syscall.Signal
+}
+
+// Proc names one process as it can be told apart from a later process
+// with the same pid: its pid and its start time (clock ticks since boot,
+// field 22 of /proc/<pid>/stat).
+type Proc struct {
+	Pid   int    `json:"pid"`
+	Start uint64 `json:"start"`
+}
+
+// String is "pid@start".
+func (p Proc) String() string { return strconv.Itoa(p.Pid) + "@" + strconv.FormatUint(p.Start, 10) }
+
+// Record is what a starter keeps of a running tree in its Dir, so that a
+// later process can kill the tree if its owner died with its reaper.
+type Record struct {
+	// Owner is the process that started the tree.
+	Owner Proc `json:"owner"`
+	// Reaper and Main are the tree's reaper and main process.
+	Reaper Proc `json:"reaper"`
+	Main   Proc `json:"main"`
+	// Marker is MarkerEnv's value in the tree's processes.
+	Marker string `json:"marker"`
+	// Cgroup is the tree's cgroup, if it has one.
+	Cgroup  string    `json:"cgroup,omitempty"`
+	Label   string    `json:"label,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// ReadRecord reads the record at path.
+func ReadRecord(path string) (Record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Record{}, fmt.Errorf("proctree: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, fmt.Errorf("proctree: record %s: %w", path, err)
+	}
+	return r, nil
+}
+
+func writeRecord(path string, r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("proctree: write record %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("proctree: write record %s: %w", path, err)
+	}
+	return nil
+}
+
+// Swept is one tree a dead process left, and what Sweep did about it.
+type Swept struct {
+	// Label names the tree; Owner is the dead process that started it.
+	Label string
+	Owner Proc
+	// Killed counts the processes killed (by pid; a cgroup's are not
+	// counted one by one).
+	Killed int
+	// Cgroup is the tree's cgroup, removed.
+	Cgroup string
+}
+
+// withoutMarker drops a marker inherited from a tree this process runs
+// in: every tree has its own.
+func withoutMarker(env []string) []string {
+	out := make([]string, 0, len(env)+2)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, MarkerEnv+"=") && !strings.HasPrefix(kv, reaperEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
