@@ -56,6 +56,8 @@ type Redriver struct {
 	names   streams.Names
 	seen    *dedupe.Store
 	readmit Readmit
+	// room is JL_IN's: a redrive to it is new input like any other.
+	room *streams.Room
 }
 
 // NewRedriver binds a redriver to the deployment's JL_DLQ and jl_dedupe.
@@ -66,7 +68,7 @@ func NewRedriver(ctx context.Context, js jetstream.JetStream, names streams.Name
 	if err != nil {
 		return nil, fmt.Errorf("dlq: %w", err)
 	}
-	return &Redriver{js: js, names: names, seen: seen, readmit: readmit}, nil
+	return &Redriver{js: js, names: names, seen: seen, readmit: readmit, room: streams.NewRoom(js, names.StreamIn())}, nil
 }
 
 // Redrive puts the letter at seq back where it came from: a worker's input
@@ -100,6 +102,13 @@ func (r *Redriver) Redrive(ctx context.Context, seq uint64) (Redriven, error) {
 		m, stream, err := r.original(l)
 		if err != nil {
 			return Redriven{}, err
+		}
+		if stream == r.names.StreamIn() {
+			// JL_IN's server limits drop its oldest: a redrive waits for
+			// room like the ingest's events do.
+			if err := r.room.Check(ctx, 1, len(m.Data)+1024); err != nil {
+				return Redriven{}, fmt.Errorf("dlq: redrive letter %d to %s: %w", seq, m.Subject, err)
+			}
 		}
 		ack, err := r.js.PublishMsg(ctx, m, jetstream.WithExpectStream(stream))
 		if err != nil {

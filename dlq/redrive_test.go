@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,44 @@ func TestRedriveTick(t *testing.T) {
 	}
 	if _, err := r.Redrive(ctx, 999); !errors.Is(err, dlq.ErrNotFound) {
 		t.Errorf("redrive of no letter: %v", err)
+	}
+}
+
+// A redrive to a JL_IN that holds half its limits is refused, naming the
+// stream, and publishes nothing: its server limits would drop the oldest.
+func TestRedriveWaitsForRoomInJLIN(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{names.StreamIn(): {Bytes: 1 << 20, Msgs: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("mon", "drift")
+	for range 4 {
+		if _, err := js.Publish(ctx, names.In(ref), []byte("held")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := nats.Header{"ce-specversion": {"1.0"}, "ce-type": {"dev.jetloop.request"}, "ce-source": {"/test"}, "ce-id": {"r1"}}
+	letter, err := dlq.New(names, dlq.SessionCancelled, "session is cancelled", names.In(ref), 2, h, []byte(`{"text":"again"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx, letter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := dlq.NewRedriver(ctx, js, names, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Redrive(ctx, ack.Sequence); !errors.Is(err, streams.ErrFull) || !strings.Contains(err.Error(), "JL_IN") {
+		t.Fatalf("redrive to a JL_IN at half its limits: %v", err)
+	}
+	in, _ := js.Stream(ctx, names.StreamIn())
+	if info, err := in.Info(ctx); err != nil || info.State.Msgs != 4 {
+		t.Fatalf("JL_IN after a refused redrive: %+v, %v", info.State, err)
 	}
 }
