@@ -31,7 +31,9 @@ func BenchmarkIngestVsRaw(b *testing.B) {
 
 func benchIngestVsRaw(b *testing.B, syncing string) {
 	const workers = 16
-	h := start(b, time.Minute, natstest.WithSync(syncing))
+	// The ingest's default timeout, not the tests' short one: a moment
+	// of a busy shared machine must not turn a slow answer into a 503.
+	h := startTimeout(b, time.Minute, []string{reviewerYAML, demoYAML}, ingest.DefaultTimeout, natstest.WithSync(syncing))
 	body := fixture(b, "pull_request/opened.payload.json")
 	ctx := context.Background()
 	kv, err := h.js.KeyValue(ctx, h.names.BucketDedupe())

@@ -69,6 +69,12 @@ func start(t testing.TB, window time.Duration, natsOpts ...natstest.Option) *har
 // startWith is start with the definitions defs.
 func startWith(t testing.TB, window time.Duration, defs []string, natsOpts ...natstest.Option) *harness {
 	t.Helper()
+	return startTimeout(t, window, defs, 3*time.Second, natsOpts...)
+}
+
+// startTimeout is startWith with the ingest's request timeout.
+func startTimeout(t testing.TB, window time.Duration, defs []string, timeout time.Duration, natsOpts ...natstest.Option) *harness {
+	t.Helper()
 	s := natstest.RunServer(t, natsOpts...)
 	_, js := natstest.Connect(t, s.ClientURL())
 	ctx := context.Background()
@@ -92,7 +98,7 @@ func startWith(t testing.TB, window time.Duration, defs []string, natsOpts ...na
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: 3 * time.Second, Log: logtest.ForTest(t)}, js, store, adm)
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: timeout, Log: logtest.ForTest(t)}, js, store, adm)
 	if err != nil {
 		t.Fatal(err)
 	}
