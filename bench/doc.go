@@ -4,7 +4,8 @@
 //   - ingest: signed GitHub webhooks through the HTTP receiver, dedupe,
 //     admission and publish, against the operations each needs at least
 //     (a jl_dedupe create and a publish of the same size), at the same
-//     concurrency;
+//     concurrency, with the process's CPU and the JetStream messages
+//     each way takes;
 //   - step: durable steps (a scripted model calling a no-op, replay-safe
 //     tool) of one session and of eight at once on one worker, against
 //     what the best possible implementation needs for as many (per step
