@@ -493,6 +493,9 @@ func (s *Service) fireSchedule(ctx context.Context, req SchedulesRequest) (Sched
 		_, ok, err := s.seen.Seen(ctx, schedule.DedupeSource, id)
 		return ok, err
 	}
+	if err := s.tickRoom(ctx, req, msgs); err != nil {
+		return SchedulesResponse{}, err
+	}
 	fired, err := schedule.Publish(ctx, s.js, s.names, msgs, ticks, seen)
 	if err != nil {
 		return SchedulesResponse{}, err
@@ -634,4 +637,32 @@ func (s *Service) deadLetters(ctx context.Context, req DLQRequest) (DLQResponse,
 		return out, nil
 	}
 	return DLQResponse{}, errorf(http.StatusBadRequest, "dlq: unknown action %q (want %s or %s)", req.Action, DLQShow, DLQRedrive)
+}
+
+// tickRoom checks JL_IN's room, and the agent's share of it, for the ticks
+// a trigger or backfill is about to write, as the ingest does for events:
+// a refusal answers 503 with the reason, is logged and recorded in
+// JL_AUDIT (decision no_room), and writes none of them.
+func (s *Service) tickRoom(ctx context.Context, req SchedulesRequest, msgs []*nats.Msg) error {
+	size := 0
+	for _, m := range msgs {
+		size = max(size, len(m.Data))
+	}
+	w := streams.Write{Source: "schedule-" + string(req.Action), Agents: map[string]int{req.Agent: len(msgs)}, Bytes: size + 1024}
+	refused, err := s.room.Take(ctx, w)
+	if err == nil {
+		err = refused[req.Agent]
+	}
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("JL_IN has no room for a schedule's ticks fired by hand", "agent", req.Agent, "schedule", req.Schedule, "action", req.Action, "ticks", len(msgs), "err", err)
+	if subj, aerr := s.names.Audit("room", req.Agent); aerr == nil {
+		b, _ := json.Marshal(map[string]any{"agent": req.Agent, "schedule": req.Schedule, "writer": w.Source, "ticks": len(msgs),
+			"decision": "no_room", "reason": err.Error(), "time": time.Now().UTC()})
+		if _, perr := s.js.Publish(ctx, subj, b); perr != nil {
+			s.log.Warn("audit a refused schedule fire", "agent", req.Agent, "schedule", req.Schedule, "err", perr)
+		}
+	}
+	return errorf(http.StatusServiceUnavailable, "schedules %s %s/%s: %d ticks: %v", req.Action, req.Agent, req.Schedule, len(msgs), err)
 }

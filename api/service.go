@@ -54,6 +54,9 @@ type Config struct {
 	MaxResponse int
 	Log         *slog.Logger
 	Metrics     *Metrics
+	// Shares bound an agent's part of JL_IN's room (streams.Shares) for
+	// the ticks a schedule trigger or backfill writes; zero: the defaults.
+	Shares streams.Shares
 	// Readmit redrives dead letters of admission through the ingest's
 	// admission; nil (a process without the ingest) refuses them with
 	// 503.
@@ -125,6 +128,9 @@ type Service struct {
 	seen *dedupe.Store
 	// ledger is jl_ledger: the accounts of delegation trees.
 	ledger *ledger.Store
+	// room is JL_IN's, checked before a schedule's ticks fired by hand
+	// are written.
+	room *streams.Room
 }
 
 // New binds a service to the deployment's streams and buckets, which
@@ -167,7 +173,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config)
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	return &Service{cfg: cfg, nc: nc, js: js, names: cfg.Names, log: cfg.Log, m: cfg.Metrics,
-		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver, seen: seen, ledger: lg}, nil
+		agents: agents, schedules: health, sessions: sessions, ctl: ctl, in: in, redriver: redriver, seen: seen, ledger: lg,
+		room: streams.NewInRoom(js, cfg.Names, cfg.Shares)}, nil
 }
 
 // Run serves the micro service until ctx ends, then stops it: its

@@ -137,7 +137,11 @@ func apiComponents(ctx context.Context, rt *Runtime) ([]Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit, Requests: rt.requests, Catalogs: catalogs})
+	shares, err := rt.InShares()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := api.New(ctx, rt.NC, rt.JS, api.Config{Names: rt.Names, Build: Version, Log: log, Metrics: metrics, Readmit: rt.readmit, Requests: rt.requests, Catalogs: catalogs, Shares: shares})
 	if err != nil {
 		return nil, err
 	}

@@ -35,12 +35,18 @@ type opsEnv struct {
 
 func newOpsEnv(t *testing.T) *opsEnv {
 	t.Helper()
+	return newOpsEnvWith(t, streams.Options{})
+}
+
+// newOpsEnvWith is newOpsEnv with the streams provisioned by opts.
+func newOpsEnvWith(t *testing.T, opts streams.Options) *opsEnv {
+	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e := &opsEnv{nc: nc, js: js, names: streams.Default()}
-	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+	if _, err := streams.Provision(ctx, js, opts); err != nil {
 		t.Fatal(err)
 	}
 	var err error
