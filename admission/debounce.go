@@ -60,7 +60,12 @@ const (
 // The replacement is a compare-and-set on the debounce subject's last
 // sequence, so concurrent events from several ingest processes each count
 // once; the message's Nats-Msg-Id makes a retried delivery of the same
-// event inside the duplicate window count once too.
+// event inside the duplicate window count once too. Such a retry of a
+// message that the fire of the burst it replaced purged (see below: its
+// sender gave up waiting for the acknowledgement, or died, before it
+// could debounce it again) is debounced again: each message records the
+// sequence it replaced (HeaderReplaces), so the fire that took it tells
+// whether it counted it.
 //
 // A pending burst that is due to fire, or will be within a guard (half the
 // window, at most a second), is never replaced: when the server fires an
@@ -130,6 +135,7 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		}
 		m.Header.Set(hdrSchedule, "@at "+fireAt(now, first, d.Window, d.MaxWait).UTC().Format(time.RFC3339))
 		m.Header.Set(HeaderBurstStart, first.UTC().Format(time.RFC3339Nano))
+		m.Header.Set(HeaderReplaces, strconv.FormatUint(last, 10))
 		m.Header.Set(hdrScheduleTarget, target)
 		m.Header.Set(hdrRollup, rollupSubject)
 		m.Header.Set(nats.MsgIdHdr, msgID)
@@ -144,8 +150,22 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 			continue
 		}
 		if ack.Duplicate {
-			// A retry of an event already in the burst.
-			return count - 1, nil
+			// A retry of an event stored before: in the burst, unless the
+			// fire of the burst it replaced purged it (its sender gave up
+			// waiting for the acknowledgement, or died, before it could
+			// debounce it again).
+			lost, err := a.droppedUnfired(ctx, subject, target, ack.Sequence, e.ID())
+			if err != nil {
+				return 0, err
+			}
+			if !lost {
+				return count - 1, nil
+			}
+			repairs++
+			a.log.Warn("retried debounced event was purged by the fire of the burst it replaced; debouncing it again",
+				"subject", subject, "seq", ack.Sequence, "id", e.ID())
+			msgID = fmt.Sprintf("%s.%d", dedupe.MsgID(e, subject), repairs)
+			continue
 		}
 		if last == 0 || a.now().Add(guard/2).Before(replacedAt) {
 			// Stored well before the replaced burst was due: the server
@@ -171,6 +191,11 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 	}
 	return 0, fmt.Errorf("%w: debounce on %s: too much contention", ErrState, subject)
 }
+
+// HeaderReplaces is, on a pending debounce message (and the burst it
+// fires), the sequence of the pending message it replaced; 0 for a
+// burst's first.
+const HeaderReplaces = "Jl-Burst-Replaces"
 
 // HeaderBurstStart is, on a pending debounce message, when the burst's
 // first event came: max_wait counts from it.
@@ -265,7 +290,9 @@ func burstCount(subject string, h nats.Header, data []byte) int {
 // seq replaced the burst before its timer went off, and fires at its own
 // @at.
 func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq uint64, count int, replacedAt time.Time) (bool, error) {
-	deadline := replacedAt.Add(maxFireWait)
+	// From the acknowledgement, if that came after the @at: a publish
+	// held past it is the case this check is for.
+	deadline := later(replacedAt, a.now()).Add(maxFireWait)
 	from := seq + 1
 	delay := 5 * time.Millisecond
 	for {
@@ -297,6 +324,69 @@ func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq
 		case <-ctx.Done():
 			t.Stop()
 			return false, fmt.Errorf("admission: debounce on %s: wait for the fire of the burst seq %d replaced: %w", subject, seq, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// droppedUnfired reports whether the debounce message seq on subject,
+// carrying event id, was purged by a fire that does not count it. The
+// first fire of subject on target after seq counts it if it fired seq
+// itself (its latest event is id) or a message that replaced seq, directly
+// or not (it replaced seq or a later message); otherwise it is the fire
+// of a burst copied before seq was stored. With no fire after seq, seq or
+// a message that replaced it is still pending. A fire is looked for up to
+// maxFireWait while the subject holds nothing from seq on (the fire that
+// purged it not yet readable here).
+func (a *Admitter) droppedUnfired(ctx context.Context, subject, target string, seq uint64, id string) (bool, error) {
+	deadline := a.now().Add(maxFireWait)
+	delay := 5 * time.Millisecond
+	for {
+		pending := false
+		raw, err := a.in.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return false, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
+		default:
+			pending = raw.Sequence >= seq
+		}
+		for from := seq + 1; ; {
+			m, err := a.in.GetMsg(ctx, from, jetstream.WithGetMsgSubject(target))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return false, fmt.Errorf("%w: read the fires on %s after %s seq %d: %w", ErrState, target, subject, seq, err)
+			}
+			if m.Header.Get(hdrScheduler) != subject {
+				from = m.Sequence + 1
+				continue
+			}
+			replaced, err := strconv.ParseUint(m.Header.Get(HeaderReplaces), 10, 64)
+			if err != nil {
+				// A burst from before the header: counted, as before.
+				return false, nil
+			}
+			ev, err := events.FromMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+			return !(replaced >= seq || (err == nil && ev.ID() == id)), nil
+		}
+		if pending || a.now().After(deadline) {
+			return false, nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("admission: debounce on %s: wait for the fire that took seq %d: %w", subject, seq, ctx.Err())
 		case <-t.C:
 		}
 		delay = min(2*delay, 100*time.Millisecond)
