@@ -84,7 +84,9 @@ func (c Config) Validate() error {
 
 // Command is what a tree runs: its main process's program, arguments,
 // environment, folder and standard streams. An io.Reader or io.Writer
-// that is not an *os.File is copied by goroutines, as os/exec does.
+// that is not an *os.File is copied by goroutines, as os/exec does; on
+// Linux a Stdin reader that blocks past the tree's end does not keep the
+// tree from ending (its copier stops when the reader returns).
 type Command struct {
 	// Path is the program; a name without a slash is looked up in PATH.
 	Path string

@@ -91,6 +91,9 @@ type Tree struct {
 	cgroup string
 	record string
 	label  string
+	// stdin is the writing end of the pipe a Stdin that is not a file
+	// is copied into.
+	stdin *os.File
 
 	done   chan struct{}
 	status Status
@@ -136,6 +139,25 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		}
 		return nil, err
 	}
+	// A Stdin that is not a file is copied into a pipe of the tree's
+	// own, closed when the tree ends: os/exec's copier would keep Wait,
+	// and so the tree's end, waiting for a reader that may never return.
+	stdin, stdinCopy := c.Stdin, (*os.File)(nil)
+	if _, isFile := stdin.(*os.File); stdin != nil && !isFile {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail(fmt.Errorf("proctree: stdin pipe: %w", err))
+		}
+		stdin, stdinCopy = r, w
+		defer r.Close() // the reaper has its own
+	}
+	failPipe := fail
+	fail = func(err error) (*Tree, error) {
+		if stdinCopy != nil {
+			stdinCopy.Close()
+		}
+		return failPipe(err)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return fail(fmt.Errorf("proctree: status pipe: %w", err))
@@ -148,7 +170,7 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 	env = append(withoutMarker(env), MarkerEnv+"="+t.marker, reaperEnv+"="+string(conf))
 	t.reaper = &exec.Cmd{
 		Path: "/proc/self/exe", Args: append([]string{reaperArg0, path}, args...),
-		Env: env, Dir: c.Dir, Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr,
+		Env: env, Dir: c.Dir, Stdin: stdin, Stdout: c.Stdout, Stderr: c.Stderr,
 		ExtraFiles: []*os.File{pw},
 		// Its own group, so a terminal's signals reach it only through
 		// the worker; SIGUSR1 when this process dies: kill the tree.
@@ -196,6 +218,15 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 			s.cfg.Log.Warn("process tree runs without a record; a crash of this process with its reaper would leave it running", "tree", t.label, "err", err)
 			t.record = ""
 		}
+	}
+	if stdinCopy != nil {
+		t.stdin = stdinCopy
+		go func() {
+			// Until the reader ends, or the tree does (a write then fails);
+			// a read that blocks past the tree's end ends with the reader.
+			_, _ = io.Copy(stdinCopy, c.Stdin)
+			stdinCopy.Close()
+		}()
 	}
 	go t.watch(pr, status)
 	return t, nil
@@ -250,6 +281,9 @@ func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
 		}
 	}
 	werr := t.reaper.Wait()
+	if t.stdin != nil {
+		t.stdin.Close()
+	}
 	if !clean && t.err == nil {
 		t.status = Status{ExitCode: -1, Signal: syscall.SIGKILL}
 		if !t.killed.Load() {

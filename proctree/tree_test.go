@@ -657,3 +657,33 @@ func TestOwnerProcessKillsOrphans(t *testing.T) {
 	waitGone(t, pids...)
 	mustAlive(t, "the owner", cmd.Process.Pid)
 }
+
+// A Stdin that is not a file is delivered, and a reader that never
+// returns keeps neither the tree's end nor its Kill waiting.
+func TestStdinReader(t *testing.T) {
+	s, err := proctree.New(proctree.Config{Cgroups: proctree.CgroupOff, KillTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tree, err := s.Start(proctree.Command{Path: "cat", Stdin: strings.NewReader("hello\n"), Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tree.Wait(); err != nil || st.ExitCode != 0 || out.String() != "hello\n" {
+		t.Fatalf("cat of a reader: %+v, %v, %q", st, err, out.String())
+	}
+
+	blocked, w := io.Pipe()
+	defer w.Close()
+	tree, err = s.Start(proctree.Command{Path: "cat", Stdin: blocked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tree.Kill(); err != nil {
+		t.Fatalf("kill of a tree whose stdin reader blocks: %v", err)
+	}
+	if st, err := tree.Wait(); err != nil || st.Signal != syscall.SIGKILL {
+		t.Fatalf("after Kill: %+v, %v", st, err)
+	}
+}
