@@ -105,16 +105,18 @@ func (s *session) window(ctx context.Context, turn int) (window.Input, window.Co
 	if err != nil {
 		return in, window.Context{}, err
 	}
+	appended := s.reqs.Appended
 	c := s.reqs.Request(in)
 	if requestBuilt != nil {
-		requestBuilt(c, window.BuildRequest(in))
+		requestBuilt(c, window.BuildRequest(in), s.reqs.Appended > appended)
 	}
 	return in, c, nil
 }
 
 // requestBuilt, if set (by tests), hears every request window built
-// beside the one BuildRequest builds whole from the same input.
-var requestBuilt func(got, whole window.Context)
+// beside the one BuildRequest builds whole from the same input, and
+// whether it went on from the request before.
+var requestBuilt func(got, whole window.Context, appended bool)
 
 // windowInput is what window builds from.
 func (s *session) windowInput(ctx context.Context, turn int) (window.Input, error) {

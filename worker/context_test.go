@@ -458,14 +458,17 @@ func TestKeepLastOneCompacts(t *testing.T) {
 // several calls at once.
 func TestRequestsGoOnFromTheLastAsBuiltWhole(t *testing.T) {
 	var mu sync.Mutex
-	var built, differ int
+	var built, differ, appended int
 	var first string
-	worker.OnRequestBuilt(t, func(got, whole window.Context) {
+	worker.OnRequestBuilt(t, func(got, whole window.Context, went bool) {
 		g, _ := json.Marshal(got)
 		w, _ := json.Marshal(whole)
 		mu.Lock()
 		defer mu.Unlock()
 		built++
+		if went {
+			appended++
+		}
 		if string(g) != string(w) && differ == 0 {
 			first = fmt.Sprintf("request %d:\ngot   %s\nwhole %s", built, g, w)
 		}
@@ -521,5 +524,12 @@ func TestRequestsGoOnFromTheLastAsBuiltWhole(t *testing.T) {
 	}
 	if differ > 0 {
 		t.Fatalf("%d of %d requests differ from the whole build; the first, %s", differ, built, first)
+	}
+	// Each run's first call is built whole (the run loads its
+	// definition), and so is the one after a compaction or a change of
+	// the notes; the fan session's second and third calls of every run
+	// go on from the call before.
+	if appended < 2*events {
+		t.Fatalf("%d of %d requests went on from the one before, want at least %d", appended, built, 2*events)
 	}
 }

@@ -22,9 +22,10 @@ func OnRetentionPurged(t testing.TB, f func(ref streams.SessionRef)) {
 	t.Cleanup(func() { retentionPurged = nil })
 }
 
-// OnRequestBuilt calls f with every model request a session builds and
-// the one window.BuildRequest builds whole from the same input.
-func OnRequestBuilt(t testing.TB, f func(got, whole window.Context)) {
+// OnRequestBuilt calls f with every model request a session builds, the
+// one window.BuildRequest builds whole from the same input, and whether
+// the session's went on from the request before.
+func OnRequestBuilt(t testing.TB, f func(got, whole window.Context, appended bool)) {
 	requestBuilt = f
 	t.Cleanup(func() { requestBuilt = nil })
 }
