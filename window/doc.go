@@ -6,6 +6,11 @@
 // handle, the summary standing where the turns it covers were, and a
 // token estimate per part, calibrated on the provider's reported usage
 // (Build; BuildRequest is the same without the parts, for a model call).
+// A Builder builds one session's successive requests, each what
+// BuildRequest builds, by appending the entries new since the call before
+// to the request it kept (and masking the results that aged since),
+// building the whole request again when more than entries appended
+// changed: the definition, the tools, the notes or the window.
 // It also plans compactions (what to summarise, what to keep) and builds
 // the request that asks for the summary.
 //
