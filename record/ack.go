@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,4 +99,73 @@ func plainAck(b []byte) (uint64, bool) {
 	}
 	seq, err := strconv.ParseUint(string(b[i:j]), 10, 64)
 	return seq, err == nil
+}
+
+// acks hears the answers of a store's creates sent together (Settle),
+// on one subscription of its own, made at the first of them: what
+// jetstream's asynchronous publish does, without a future per message,
+// and with the answers read by parseAck.
+type acks struct {
+	once   sync.Once
+	err    error
+	prefix string
+	mu     sync.Mutex
+	next   uint64
+	wait   map[string]chan ackResult
+}
+
+type ackResult struct {
+	seq uint64
+	err error
+}
+
+func (a *acks) start(nc *nats.Conn) error {
+	a.once.Do(func() {
+		a.prefix = nc.NewRespInbox() + "."
+		a.wait = map[string]chan ackResult{}
+		_, a.err = nc.Subscribe(a.prefix+"*", a.answer)
+	})
+	return a.err
+}
+
+// answer hands the answer m to the create that waits for it.
+func (a *acks) answer(m *nats.Msg) {
+	token := strings.TrimPrefix(m.Subject, a.prefix)
+	a.mu.Lock()
+	ch := a.wait[token]
+	delete(a.wait, token)
+	a.mu.Unlock()
+	if ch == nil {
+		// Given up on: its create is made again alone.
+		return
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		ch <- ackResult{err: nats.ErrNoResponders}
+		return
+	}
+	seq, err := parseAck(m.Data)
+	ch <- ackResult{seq, err}
+}
+
+// send publishes m with a reply subject of a's; the answer comes on the
+// channel returned, which forget gives up.
+func (a *acks) send(nc *nats.Conn, m *nats.Msg) (token string, ch chan ackResult, err error) {
+	a.mu.Lock()
+	a.next++
+	token = strconv.FormatUint(a.next, 36)
+	ch = make(chan ackResult, 1)
+	a.wait[token] = ch
+	a.mu.Unlock()
+	m.Reply = a.prefix + token
+	if err := nc.PublishMsg(m); err != nil {
+		a.forget(token)
+		return "", nil, err
+	}
+	return token, ch, nil
+}
+
+func (a *acks) forget(token string) {
+	a.mu.Lock()
+	delete(a.wait, token)
+	a.mu.Unlock()
 }

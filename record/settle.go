@@ -121,25 +121,35 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 		return s.createOne(ctx, ref, entries[first].ID, bodies[first], rev)
 	}
 	// Send them all, then hear every answer: one round trip.
-	futs := make([]jetstream.PubAckFuture, len(entries))
-	for i := first; i < len(entries); i++ {
-		f, err := s.js.PublishMsgAsync(s.createMsg(ref, entries[i].ID, bodies[i]))
-		if err != nil {
-			// Not sent: made alone below.
-			continue
+	type sent struct {
+		token string
+		ch    chan ackResult
+	}
+	futs := make([]sent, len(entries))
+	if err := s.acks.start(s.nc); err == nil {
+		for i := first; i < len(entries); i++ {
+			token, ch, err := s.acks.send(s.nc, s.createMsg(ref, entries[i].ID, bodies[i]))
+			if err != nil {
+				// Not sent: made alone below.
+				continue
+			}
+			futs[i] = sent{token, ch}
 		}
-		futs[i] = f
 	}
 	meanwhile()
 	// One bound for every answer: they come together.
 	actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 	defer cancel()
 	for i := first; i < len(entries); i++ {
-		var err error
-		if f := futs[i]; f != nil {
-			err = awaitAck(actx, f)
-		} else {
-			err = errors.New("not sent")
+		err := errors.New("not sent")
+		if f := futs[i]; f.ch != nil {
+			select {
+			case r := <-f.ch:
+				err = r.err
+			case <-actx.Done():
+				s.acks.forget(f.token)
+				err = actx.Err()
+			}
 		}
 		if err == nil {
 			continue
@@ -154,19 +164,6 @@ func (s *Store) createEntries(ctx context.Context, ref streams.SessionRef, entri
 		}
 	}
 	return nil
-}
-
-// awaitAck waits for the answer to an asynchronous publish until ctx
-// ends.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // createOne creates one entry until it lands, is found to be this

@@ -70,9 +70,11 @@ type Store struct {
 	// publish publishes one atomic batch (publishBatch; tests replace it
 	// to lose an answer).
 	publish func(ctx context.Context, msgs []*nats.Msg) (uint64, error)
-	// send makes one create of an entry (js.PublishMsg; tests replace it
-	// to lose an answer).
+	// send makes one create of an entry (publish; tests replace it to
+	// lose an answer).
 	send func(ctx context.Context, m *nats.Msg) error
+	// acks hears the answers of creates sent together.
+	acks acks
 	// Retried, if set, hears every write attempt that failed for a
 	// passing reason and is made again, and every entry id found taken by
 	// an entry no state names (why "entry_replaced"). Set it before the
