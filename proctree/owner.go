@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,8 +179,8 @@ func orphans(all bool) (live, exited []Proc, err error) {
 			return nil, nil, err
 		}
 	}
-	if len(children[self]) == 0 {
-		return nil, nil, nil
+	if len(children[self]) == 0 || !all && !slices.ContainsFunc(children[self], func(c stat) bool { return c.state == 'Z' }) {
+		return nil, nil, nil // nothing to kill, or nothing to reap
 	}
 	// After the walk: a child it started is in the walk and still has its
 	// pidfd, or was reaped since, and is then gone.
