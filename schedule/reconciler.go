@@ -42,6 +42,8 @@ type Reconciler struct {
 	js     jetstream.JetStream
 	defs   Definitions
 	health *HealthStore
+	// room is JL_IN's: a new schedule message is a write like any other.
+	room *streams.Room
 }
 
 // NewReconciler returns a reconciler over js.
@@ -56,7 +58,7 @@ func NewReconciler(ctx context.Context, cfg Config, js jetstream.JetStream, defs
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{cfg: cfg, js: js, defs: defs, health: h}, nil
+	return &Reconciler{cfg: cfg, js: js, defs: defs, health: h, room: streams.NewRoom(js, cfg.Names.StreamIn())}, nil
 }
 
 // Health is the reconciler's health store.
@@ -237,6 +239,14 @@ func (r *Reconciler) install(ctx context.Context, stream jetstream.Stream, spec 
 				return "unchanged", nil
 			}
 			lastSeq, action = last.Sequence, "replaced"
+		}
+		if lastSeq == 0 {
+			// A new message: JL_IN must have room for it (a replacement
+			// takes its predecessor's place). Refused, the schedule's
+			// health records why, and the next pass tries again.
+			if err := r.room.Check(ctx, 1, len(msg.Data)+1024); err != nil {
+				return "", fmt.Errorf("schedule: install %s (%s): %w", msg.Subject, spec.Expr, err)
+			}
 		}
 		_, err = r.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(lastSeq))
 		if err == nil {

@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -474,5 +475,45 @@ func TestTicksContinueAcrossLeaderFailover(t *testing.T) {
 	distinctSlots(t, unique)
 	if len(unique) < len(before)+2 {
 		t.Fatalf("only %d distinct ticks after failover (had %d)", len(unique), len(before))
+	}
+}
+
+// A new schedule message is refused while JL_IN holds half its limits:
+// the pass reports it, the schedule's health records why, and the next
+// pass with room installs it.
+func TestNewScheduleWaitsForRoomInJLIN(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	n := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{n.StreamIn(): {Bytes: 1 << 20, Msgs: 4}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := js.Publish(ctx, "jl.in.other.s", []byte("held")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newReconciler(t, js, newDefs(monitor("@every 1h")))
+	rep, err := r.Reconcile(ctx)
+	if err != nil || len(rep.Added) != 0 || len(rep.Errors) != 1 || !errors.Is(rep.Errors[0], streams.ErrFull) {
+		t.Fatalf("pass with JL_IN at half its limits: %v %v", rep, err)
+	}
+	if h, err := r.Health().Get(ctx, "mon", "drift"); err != nil || !strings.Contains(h.InstallError, "half its max_msgs") {
+		t.Fatalf("health of the refused schedule: %+v %v", h, err)
+	}
+	s, _ := js.Stream(ctx, n.StreamIn())
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject("jl.in.other.s")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		rep, err := r.Reconcile(ctx)
+		if err != nil || len(rep.Added) != 1 {
+			return fmt.Errorf("pass with room: %v %v", rep, err)
+		}
+		return nil
+	})
+	if h, err := r.Health().Get(ctx, "mon", "drift"); err != nil || h.InstallError != "" {
+		t.Fatalf("health once installed: %+v %v", h, err)
 	}
 }
