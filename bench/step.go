@@ -246,7 +246,7 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 		}
 		var first, last time.Time
 		for _, ref := range refs {
-			tr, err := record.Show(ctx, e.js, e.names, ref)
+			tr, st, err := settled(ctx, e, store, ref, record.StatusBudgetExceeded)
 			if err != nil {
 				return stepRun{}, err
 			}
@@ -272,10 +272,6 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 					last = prev
 				}
 			}
-			st, _, err := store.Load(ctx, ref)
-			if err != nil {
-				return stepRun{}, err
-			}
 			b, _ := json.Marshal(st)
 			out.stateBytes = max(out.stateBytes, len(b))
 		}
@@ -294,6 +290,41 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 	out.createBytes = entryBytes / out.steps
 	return out, nil
 }
+
+// settled reads the transcript and the state of ref once they show
+// status: a status change is heard once the leader stored it, and on a
+// cluster a read may be answered by a replica that has not yet (a
+// session not found, or its state before the change).
+func settled(ctx context.Context, e *env, store *record.Store, ref streams.SessionRef, status record.Status) (record.Transcript, record.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, settledWait)
+	defer cancel()
+	var last error
+	for {
+		tr, err := record.Show(ctx, e.js, e.names, ref)
+		var st record.State
+		if err == nil {
+			st, _, err = store.Load(ctx, ref)
+		}
+		switch {
+		case err == nil && tr.Status == status && st.Status == status:
+			return tr, st, nil
+		case err == nil:
+			last = fmt.Errorf("read as %s", st.Status)
+		case errors.Is(err, record.ErrNotFound):
+			last = err
+		default:
+			return record.Transcript{}, record.State{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return record.Transcript{}, record.State{}, fmt.Errorf("%s not read as %s within %s: %w", ref, status, settledWait, last)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// settledWait bounds how long a replica's read may stay behind.
+var settledWait = 10 * time.Second
 
 // rawPairs makes, on sessions keys of their own at once, steps steps of
 // what the best possible implementation needs: the create of a transcript
