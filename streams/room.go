@@ -18,8 +18,14 @@ var ErrFull = errors.New("stream full")
 // the room: the others are still let through.
 var ErrShare = fmt.Errorf("%w: share used", ErrFull)
 
-// roomEvery is how long a Room trusts what it last read of its stream.
-const roomEvery = time.Second
+// roomEvery is how long a Room trusts what it last read of its stream,
+// and nearEvery how long near its line (or an agent near its share): what
+// this process writes meanwhile it counts itself, so a flood near the
+// line costs ten reads a second, not one a write.
+const (
+	roomEvery = time.Second
+	nearEvery = roomEvery / 10
+)
 
 // Defaults of Shares.
 const (
@@ -159,9 +165,9 @@ func (r *Room) near(quarters uint64) bool {
 
 // Check returns ErrFull, saying how full, when writing msgs messages of
 // bytes bytes would take the stream over half its limits. What it read of
-// the stream is at most a second old, and read anew at every check once
-// the stream is near the line; when it cannot read it, it answers from
-// what it read last.
+// the stream is at most a second old, and a tenth of a second once the
+// stream is near the line; when it cannot read it, it answers from what
+// it read last.
 //
 // msgs and bytes are what the caller is about to write; they count, until
 // the next read of the stream, as written.
@@ -179,9 +185,10 @@ func (r *Room) check(ctx context.Context, msgs, bytes int, quarters uint64) erro
 }
 
 // fresh reads the stream when what it read is older than roomEvery, or
-// near the line at quarters of its limits: a burst must not carry it past.
+// than nearEvery near the line at quarters of its limits: a burst of
+// other processes must not carry it far past.
 func (r *Room) fresh(ctx context.Context, quarters uint64) error {
-	if r.info != nil && time.Since(r.at) <= roomEvery && !r.near(quarters) {
+	if age := time.Since(r.at); r.info != nil && age <= roomEvery && (age <= nearEvery || !r.near(quarters)) {
 		return nil
 	}
 	info, err := r.read(ctx, "")
@@ -318,8 +325,8 @@ func (r *Room) undo(w Write, refused map[string]error) {
 }
 
 // agentTake checks an agent's share, reading what the stream holds of its
-// subjects at most a second ago, or at every write once it is near its
-// share.
+// subjects at most a second ago, or a tenth of a second once it is near
+// its share.
 func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) error {
 	c := r.info.Config
 	lm, lb := share(c.MaxMsgs, r.shares.Agent), share(c.MaxBytes, r.shares.Agent)
@@ -334,7 +341,7 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 	near := func() bool {
 		return lm > 0 && (a.held+a.msgs)*5 > lm*4 || lb > 0 && (a.held*a.size(avg())+a.bytes)*5 > lb*4
 	}
-	if a == nil || time.Since(a.at) > roomEvery || near() && !a.over {
+	if a == nil || time.Since(a.at) > roomEvery || near() && !a.over && time.Since(a.at) > nearEvery {
 		filter, err := r.names.InAgentAll(agent)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrShare, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -59,4 +60,55 @@ func TestRoomAgentShareOfBytesWithLargeEvents(t *testing.T) {
 		}
 	}
 	t.Fatalf("agent big let through %d KiB, its share is 1024 KiB", 100*size>>10)
+}
+
+// Near its line, or an agent near its share, a Room reads the stream
+// again at most ten times a second, not at every write: a flood near the
+// line must not cost a JetStream request (with every subject of the agent
+// in its answer) per event.
+func TestRoomNearTheLineReadsBounded(t *testing.T) {
+	ctx := context.Background()
+	n := streams.Default()
+	in := n.InAll()[:len(n.InAll())-1]
+	for _, tt := range []struct {
+		name   string
+		shares streams.Shares
+	}{
+		// A room of 400 messages: 100 an agent. 85 held: near both.
+		{name: "agent near its share", shares: streams.Shares{Agent: 25, Source: 100}},
+		{name: "stream near half", shares: streams.Shares{Agent: 100, Source: 100}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := natstest.RunServer(t)
+			nc, js := natstest.Connect(t, srv.ClientURL())
+			limit := int64(400)
+			if tt.shares.Agent == 100 {
+				limit = 100 // 85 of a room of 100: over 40% of the limits
+			}
+			if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{n.StreamIn(): {Bytes: 64 << 20, Msgs: limit}}}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 85 {
+				if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: in + "a.s" + fmt.Sprint(i), Data: []byte("event")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			room := streams.NewInRoom(js, n, tt.shares)
+			if refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1}, Bytes: 64}); err != nil || len(refused) > 0 {
+				t.Fatalf("first write: refused %v, err %v", refused, err)
+			}
+			start, before := time.Now(), nc.Stats().OutMsgs
+			const writes = 10
+			for i := range writes {
+				if refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1}, Bytes: 64}); err != nil || len(refused) > 0 {
+					t.Fatalf("write %d: refused %v, err %v", i, refused, err)
+				}
+			}
+			requests := nc.Stats().OutMsgs - before
+			// Ten reads a second at most, two requests each (the stream, the agent).
+			if most := 2 * (1 + uint64(time.Since(start)/(100*time.Millisecond))); requests > most {
+				t.Fatalf("%d writes near the line made %d requests, want at most %d", writes, requests, most)
+			}
+		})
+	}
 }
