@@ -47,6 +47,9 @@ func BenchmarkStepVsRaw(b *testing.B) {
 					b.ReportMetric(percentile(w.durations, 0.5), "p50-ms")
 					b.ReportMetric(percentile(raw.durations, 0.5), "raw-p50-ms")
 					b.ReportMetric(percentile(w.durations, 0.5)/percentile(raw.durations, 0.5), "p50-ratio")
+					// The sizes the raw pair writes: a step's entries and its state.
+					b.ReportMetric(float64(raw.createBytes), "create-bytes")
+					b.ReportMetric(float64(raw.stateBytes), "state-bytes")
 				})
 			}
 		}
