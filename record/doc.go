@@ -24,6 +24,12 @@
 // (Recovery). Atomic batches are used only where a multi-key write has no
 // reserved-id form: the entries a fork copies (WriteEntries).
 //
+// A step writes a state and its entries: they are encoded by hand
+// (encodeStateJSON, Entry.MarshalJSON), byte for byte what encoding/json
+// writes for them, and the answers of the writes are read by hand when
+// they are the plain answer of a write that landed (parseAck); fuzz
+// targets hold both to encoding/json.
+//
 // It does not run sessions, hold leases, call models or tools, or apply
 // control messages: worker/ does, with this package's store.
 package record
