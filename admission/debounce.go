@@ -84,6 +84,12 @@ const (
 // stored after its message: one carrying a smaller count is the replaced
 // burst's, whose purge took the message with it, and e is debounced again
 // (under a message id of its own, since the stream remembers the first).
+// A clustered stream checks the expected last sequence when its leader
+// proposes a write, not when it applies it, so such a replacement can
+// also be proposed after the fire and stored after it, on the subject the
+// fire emptied, counting the fired burst's events again: Debounce finds
+// that fire between the replaced message and its own, and replaces its
+// message with e alone.
 // That check, and the debounce again, outlive ctx's cancellation (a
 // sender that gave up retries, and its retry is a duplicate of the
 // purged message): they are bounded by maxRepair instead.
@@ -100,6 +106,7 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 	guard := min(maxFireGuard, d.Window/2)
 	msgID := dedupe.MsgID(e, subject)
 	repairs := 0
+	var alone uint64 // our message that counts a burst fired before it was stored
 	for attempt := range maxDebounceAttempts {
 		var last uint64
 		var replacedAt time.Time // @at of the pending burst replaced, if any
@@ -111,6 +118,9 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
 			return 0, fmt.Errorf("%w: read pending debounce on %s: %w", ErrState, subject, err)
+		case raw.Sequence == alone:
+			// Replaced by e alone, under a message id of its own.
+			last = raw.Sequence
 		default:
 			at, ok := scheduledAt(raw.Header)
 			if ok && !at.After(a.now().Add(guard)) {
@@ -167,7 +177,7 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 			msgID = fmt.Sprintf("%s.%d", dedupe.MsgID(e, subject), repairs)
 			continue
 		}
-		if last == 0 || a.now().Add(guard/2).Before(replacedAt) {
+		if last == 0 || last == alone || a.now().Add(guard/2).Before(replacedAt) {
 			// Stored well before the replaced burst was due: the server
 			// fires this message, or one that counts it, not that burst.
 			return count, nil
@@ -176,6 +186,23 @@ func (a *Admitter) Debounce(ctx context.Context, e event.Event, d Decision) (int
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), maxRepair)
 			defer cancel()
+		}
+		// A clustered stream checks the expected last sequence when the
+		// leader proposes a write, not when it applies it: a write
+		// proposed after the fire of the burst it replaced, but before
+		// that fire was applied, is stored on the subject the fire emptied
+		// and counts the fired burst's events again. It is replaced by e
+		// alone.
+		fired, err := a.firedBetween(ctx, subject, target, last, ack.Sequence)
+		if err != nil {
+			return 0, err
+		}
+		if fired {
+			alone = ack.Sequence
+			a.log.Warn("debounced event stored after the fire of the burst it replaced counts that burst again; debouncing it alone",
+				"subject", subject, "seq", ack.Sequence, "id", e.ID(), "count", count)
+			msgID = fmt.Sprintf("%s.alone", dedupe.MsgID(e, subject))
+			continue
 		}
 		lost, err := a.purgedByFire(ctx, subject, target, ack.Sequence, count, replacedAt)
 		if err != nil {
@@ -391,4 +418,24 @@ func (a *Admitter) droppedUnfired(ctx context.Context, subject, target string, s
 		}
 		delay = min(2*delay, 100*time.Millisecond)
 	}
+}
+
+// firedBetween reports whether a fire of subject is stored on target
+// after sequence after and before sequence before.
+func (a *Admitter) firedBetween(ctx context.Context, subject, target string, after, before uint64) (bool, error) {
+	for from := after + 1; from < before; {
+		m, err := a.in.GetMsg(ctx, from, jetstream.WithGetMsgSubject(target))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("%w: read the fires on %s between %s seq %d and %d: %w", ErrState, target, subject, after, before, err)
+		case m.Sequence >= before:
+			return false, nil
+		case m.Header.Get(hdrScheduler) == subject:
+			return true, nil
+		}
+		from = m.Sequence + 1
+	}
+	return false, nil
 }

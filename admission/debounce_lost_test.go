@@ -53,9 +53,8 @@ func (h *heldPublish) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetst
 		h.copied = nil
 	}
 	h.mu.Unlock()
-	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
-	if err != nil || copied == nil || m.Subject != h.subject {
-		return ack, err
+	if copied == nil || m.Subject != h.subject {
+		return h.JetStream.PublishMsg(ctx, m, opts...)
 	}
 	at, err := time.Parse(time.RFC3339, strings.TrimPrefix(copied.Header.Get("Nats-Schedule"), "@at "))
 	if err != nil {
@@ -76,12 +75,22 @@ func (h *heldPublish) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetst
 			h.t.Errorf("fire the copied burst: %v", err)
 		}
 	}
-	if h.fireLate {
+	if h.fireFirst {
+		fire()
+		opts = nil
+	}
+	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case h.fireFirst:
+	case h.fireLate:
 		h.fired.Go(func() {
 			time.Sleep(50 * time.Millisecond) // the fire becomes readable a moment after the acknowledgement
 			fire()
 		})
-	} else {
+	default:
 		fire()
 	}
 	if h.ackLost {
@@ -95,6 +104,11 @@ type heldOpts struct {
 	ackAfter time.Duration
 	ackLost  bool
 	fireLate bool
+	// fireFirst stores the fire before the message, which is stored
+	// although its expected last sequence is gone: a clustered stream's
+	// leader checked it when it proposed the message, after proposing the
+	// fire and before applying it.
+	fireFirst bool
 }
 
 // lostEnv is one debounced session whose second event's publish is held
@@ -187,6 +201,25 @@ func TestDebounceReplacementAcknowledgedLongAfterTheFireIsDebouncedAgain(t *test
 	l.first(t, ctx)
 	if _, err := l.a.Debounce(ctx, ghEvent("e2", "x", `{"n":2}`), l.dec); err != nil {
 		t.Fatalf("second event: %v", err)
+	}
+	l.wantPending(t, ctx)
+}
+
+// A replacement stored after the fire of the burst it replaced (in a
+// cluster, proposed after that fire and before it was applied) would
+// count the fired burst's events again: it is debounced alone.
+func TestDebounceReplacementStoredAfterTheFireCountsItsEventAlone(t *testing.T) {
+	l := newLostEnv(t, heldOpts{fireFirst: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l.first(t, ctx)
+	if n, err := l.a.Debounce(ctx, ghEvent("e2", "x", `{"n":2}`), l.dec); err != nil || n != 1 {
+		t.Fatalf("second event: count %d, %v", n, err)
+	}
+	l.wantPending(t, ctx)
+	// A retry of it is counted in that burst.
+	if n, err := l.a.Debounce(ctx, ghEvent("e2", "x", `{"n":2}`), l.dec); err != nil || n != 1 {
+		t.Fatalf("second event again: count %d, %v", n, err)
 	}
 	l.wantPending(t, ctx)
 }
