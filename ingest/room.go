@@ -23,12 +23,20 @@ import (
 // 503, recorded in JL_AUDIT (decision no_room) by audit.
 // A duplicate never gets here, and an event nobody admits passes: neither
 // writes to JL_IN.
-func Room(room *streams.Room, m *Metrics, audit func(ctx context.Context, d *Delivery, refused map[string]error)) Middleware {
+//
+// An event's data larger than maxData (0: no limit) is claim-checked by
+// Publish: JL_IN holds its claim check, not the data, and the claim check
+// is what counts.
+func Room(room *streams.Room, m *Metrics, audit func(ctx context.Context, d *Delivery, refused map[string]error), maxData int) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
+			data := len(d.Event.DataEncoded)
+			if maxData > 0 && data > maxData {
+				data = claimCheckBytes
+			}
 			w := streams.Write{Agents: map[string]int{}, Source: d.Receiver,
 				// Headers, attributes and the decision's stamp: about a KiB.
-				Bytes: len(d.Event.DataEncoded) + 1024}
+				Bytes: data + 1024}
 			if d.Receiver == "redrive" {
 				// An operator's redrive of what was refused or failed
 				// before counts in no source's share.
@@ -85,6 +93,10 @@ func Room(room *streams.Room, m *Metrics, audit func(ctx context.Context, d *Del
 		}
 	}
 }
+
+// claimCheckBytes is about what the data of a claim-checked event takes in
+// JL_IN: its BlobRef (handle, size, digest, content type, a sentence).
+const claimCheckBytes = 1024
 
 // scope names what a refusal of Room was for: the stream or a source.
 func scope(err error) string {

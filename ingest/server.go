@@ -208,7 +208,7 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 		Deduplicate(store, adm, js, m),
 		RefuseUnadmitted(),
 		Admit(adm),
-		Room(streams.NewInRoom(js, names, sh), m, auditNoRoom(js, names)),
+		Room(streams.NewInRoom(js, names, sh), m, auditNoRoom(js, names), maxEventSize),
 	)
 }
 
