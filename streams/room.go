@@ -102,6 +102,8 @@ type Room struct {
 	msgs, bytes uint64
 	agents      map[string]*agentHeld
 	sources     map[string]*window
+	// counters count what the stream holds of each agent's subjects.
+	counters map[string]jetstream.Consumer
 }
 
 // agentHeld is what the stream held of one agent's subjects when it was
@@ -136,7 +138,7 @@ func NewRoom(js jetstream.JetStream, name string) *Room { return &Room{js: js, n
 // NewInRoom watches JL_IN and bounds each agent and source by sh.
 func NewInRoom(js jetstream.JetStream, names Names, sh Shares) *Room {
 	sh.setDefaults()
-	return &Room{js: js, name: names.StreamIn(), names: names, shares: sh, agents: map[string]*agentHeld{}, sources: map[string]*window{}}
+	return &Room{js: js, name: names.StreamIn(), names: names, shares: sh, agents: map[string]*agentHeld{}, sources: map[string]*window{}, counters: map[string]jetstream.Consumer{}}
 }
 
 // Reserve returns a view of the same room for writes that settle work
@@ -191,7 +193,7 @@ func (r *Room) fresh(ctx context.Context, quarters uint64) error {
 	if age := time.Since(r.at); r.info != nil && age <= roomEvery && (age <= nearEvery || !r.near(quarters)) {
 		return nil
 	}
-	info, err := r.read(ctx, "")
+	info, err := r.read(ctx)
 	if err == nil {
 		r.info, r.at = info, time.Now()
 		r.msgs, r.bytes = 0, 0
@@ -201,22 +203,17 @@ func (r *Room) fresh(ctx context.Context, quarters uint64) error {
 	return nil
 }
 
-// read reads the stream's info, with the subjects filter matches.
-func (r *Room) read(ctx context.Context, filter string) (*jetstream.StreamInfo, error) {
+// read reads the stream's info.
+func (r *Room) read(ctx context.Context) (*jetstream.StreamInfo, error) {
 	if r.stream == nil {
 		s, err := r.js.Stream(ctx, r.name)
 		if err != nil {
 			return nil, err
 		}
 		r.stream = s
-		if filter == "" {
-			return s.CachedInfo(), nil
-		}
+		return s.CachedInfo(), nil
 	}
-	if filter == "" {
-		return r.stream.Info(ctx)
-	}
-	return r.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	return r.stream.Info(ctx)
 }
 
 // take counts msgs and bytes as written, or returns ErrFull when they
@@ -346,13 +343,9 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrShare, err)
 		}
-		info, err := r.read(ctx, filter)
+		held, err := r.agentCount(ctx, agent, filter)
 		switch {
 		case err == nil:
-			var held uint64
-			for _, n := range info.State.Subjects {
-				held += n
-			}
 			if a == nil {
 				a = &agentHeld{}
 				if len(r.agents) > 4096 {
@@ -361,9 +354,6 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 				r.agents[agent] = a
 			}
 			a.at, a.held, a.msgs, a.bytes, a.over = time.Now(), held, 0, 0, false
-			r.info, r.at = info, time.Now()
-			r.info.State.Subjects = nil
-			r.msgs, r.bytes = 0, 0
 		case a == nil:
 			return fmt.Errorf("streams: room of agent %s in %s: %w", agent, r.name, err)
 		}
@@ -383,6 +373,48 @@ func (r *Room) agentTake(ctx context.Context, agent string, msgs, bytes int) err
 	}
 	a.msgs, a.bytes = a.msgs+uint64(msgs), a.bytes+uint64(bytes)
 	return nil
+}
+
+// counterIdle is how long a counter no one reads stays on the server.
+const counterIdle = 10 * time.Minute
+
+// agentCount reads how many messages the stream holds on an agent's
+// subjects (filter): the pending count of a filtered consumer of the
+// Room's own that nothing pulls from, which the server keeps as messages
+// are stored and removed, so that a read is one small answer whatever the
+// number of the agent's sessions (a stream info with a subject filter
+// lists every one of them).
+func (r *Room) agentCount(ctx context.Context, agent, filter string) (uint64, error) {
+	if r.stream == nil {
+		s, err := r.js.Stream(ctx, r.name)
+		if err != nil {
+			return 0, err
+		}
+		r.stream = s
+	}
+	if c := r.counters[agent]; c != nil {
+		info, err := c.Info(ctx)
+		if err == nil {
+			return info.NumPending, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, err
+		}
+		delete(r.counters, agent) // idle past counterIdle: made again
+	}
+	c, err := r.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:   "jetloop: what " + r.name + " holds of agent " + agent + " (its share of the room)",
+		FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+		InactiveThreshold: counterIdle, MemoryStorage: true, Replicas: 1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count agent %s: %w", agent, err)
+	}
+	if len(r.counters) > 4096 {
+		clear(r.counters) // Only a cache: the server removes idle ones.
+	}
+	r.counters[agent] = c
+	return c.CachedInfo().NumPending, nil
 }
 
 // share is percent of the room of a stream with the server limit limit

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,39 @@ func TestRoomNearTheLineReadsBounded(t *testing.T) {
 				t.Fatalf("%d writes near the line made %d requests, want at most %d", writes, requests, most)
 			}
 		})
+	}
+}
+
+// What a Room reads of an agent's share is one small answer, whatever the
+// number of the agent's sessions (subjects) in JL_IN, and it counts every
+// message of them.
+func TestRoomAgentReadIsSmall(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, srv.ClientURL())
+	n := streams.Default()
+	// A room of 20,000 messages: 5,000 an agent.
+	if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{n.StreamIn(): {Bytes: 64 << 20, Msgs: 20_000}}}); err != nil {
+		t.Fatal(err)
+	}
+	in := n.InAll()[:len(n.InAll())-1]
+	const sessions = 4000
+	for i := range sessions {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: in + "a.session-with-a-long-name-" + fmt.Sprint(i), Data: []byte("e")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	room := streams.NewInRoom(js, n, streams.Shares{Agent: 25, Source: 100})
+	before := nc.Stats().InBytes
+	if refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1}, Bytes: 64}); err != nil || len(refused) > 0 {
+		t.Fatalf("agent a with %d of its 5000: refused %v, err %v", sessions, refused, err)
+	}
+	if got := nc.Stats().InBytes - before; got > 32<<10 {
+		t.Fatalf("reading the share of an agent with %d sessions took %d bytes", sessions, got)
+	}
+	// The count is right: 1000 more are refused past 5000.
+	refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1000}, Bytes: 64})
+	if err != nil || !errors.Is(refused["a"], streams.ErrShare) || !strings.Contains(refused["a"].Error(), fmt.Sprintf("would hold %d messages", sessions+1001)) {
+		t.Fatalf("agent a past its share: refused %v, err %v", refused, err)
 	}
 }
