@@ -283,11 +283,11 @@ func Show(ctx context.Context, js jetstream.JetStream, names streams.Names, ref 
 	if err != nil {
 		return Transcript{}, err
 	}
-	st, _, err := s.Load(ctx, ref)
+	st, rev, err := s.Load(ctx, ref)
 	if err != nil {
 		return Transcript{}, err
 	}
-	entries, err := s.Entries(ctx, ref, st.NextEntry)
+	entries, err := s.Entries(ctx, ref, st.NextEntry, rev)
 	if err != nil {
 		return Transcript{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -373,72 +372,21 @@ func isWrongLastSeq(err error) bool {
 		(apiErr.ErrorCode == errCodeWrongLastSeq || apiErr.ErrorCode == errCodeWrongLastSeqConstant)
 }
 
-// entriesCatchUp bounds how long Entries waits, once the stream's
-// current entries are read, for those a lagging replica has yet to get.
+// entriesCatchUp bounds how long a read of entries waits for a replica
+// behind the state it reads for.
 const entriesCatchUp = 10 * time.Second
 
-// Entries reads a session's entries 1..next-1 in order. On a replicated
-// bucket the read may be served by a replica a little behind the state
-// just read: the entries it lacks are waited for, up to entriesCatchUp;
-// missing ids after that (never, unless the bucket was tampered with)
-// are an error.
-func (s *Store) Entries(ctx context.Context, ref streams.SessionRef, next uint64) ([]Entry, error) {
+// Entries reads a session's entries 1..next-1 in order, as the state at
+// revision rev names them (ReadSpans over the whole transcript: rev 0
+// reads what the replica answering holds). A replica behind the leader
+// may hold an earlier version of an id (a leftover a settlement
+// replaced): the read is made again until the replica answering holds
+// the state at rev or later. A missing id is an error.
+func (s *Store) Entries(ctx context.Context, ref streams.SessionRef, next, rev uint64) ([]Entry, error) {
 	if next <= 1 {
 		return nil, nil
 	}
-	w, err := s.kv.Watch(ctx, s.names.LogKeys(ref), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("record: read transcript of %s: %w", ref, err)
-	}
-	defer w.Stop()
-	// By id: a later version of an id (an entry no state named, replaced)
-	// replaces the earlier. Entries past next belong to no settlement of
-	// this state.
-	byID := make(map[uint64]Entry, next-1)
-	var late <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-late:
-			return nil, fmt.Errorf("record: transcript of %s has %d of %d entries", ref, len(byID), next-1)
-		case kve, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("record: read transcript of %s: watcher closed", ref)
-			}
-			if kve != nil {
-				var e Entry
-				if err := json.Unmarshal(kve.Value(), &e); err != nil {
-					return nil, fmt.Errorf("record: decode %s: %w", kve.Key(), err)
-				}
-				if e.ID >= 1 && e.ID < next {
-					byID[e.ID] = e
-				}
-			} else if late == nil {
-				t := time.NewTimer(entriesCatchUp)
-				defer t.Stop()
-				late = t.C
-			}
-			if late != nil && uint64(len(byID)) == next-1 {
-				out := make([]Entry, 0, len(byID))
-				for _, e := range byID {
-					out = append(out, e)
-				}
-				slices.SortFunc(out, func(a, b Entry) int { return cmpU64(a.ID, b.ID) })
-				return out, nil
-			}
-		}
-	}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return s.ReadSpans(ctx, ref, []Span{{From: 1, To: next - 1}}, rev)
 }
 
 // sleep waits d or until ctx ends.

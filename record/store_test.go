@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func TestSettleWhoseAnswerWasLost(t *testing.T) {
 	if sent != 2 || len(retries) != 1 || retries[0] != "timeout" {
 		t.Fatalf("create sent %d times, retries %v: want twice, one timeout", sent, retries)
 	}
-	tr, err := s.Entries(ctx, ref, got.NextEntry)
+	tr, err := s.Entries(ctx, ref, got.NextEntry, grev)
 	if err != nil || len(tr) != 1 || tr[0].Text != "note" {
 		t.Fatalf("transcript %v, %v", tr, err)
 	}
@@ -143,13 +144,14 @@ func testSettleReplacesLeftovers(t *testing.T, open func(*testing.T) (*Store, st
 		entries = append(entries, Entry{ID: next.NextEntry, Kind: KindSystem, Text: fmt.Sprintf("note %d", i), Time: now})
 		next.NextEntry++
 	}
-	if _, err := s.Settle(ctx, ref, entries, next, rev); err != nil {
+	nrev, err := s.Settle(ctx, ref, entries, next, rev)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if replaced != 2 {
 		t.Errorf("%d entries replaced, want 2", replaced)
 	}
-	tr, err := s.Entries(ctx, ref, next.NextEntry)
+	tr, err := s.Entries(ctx, ref, next.NextEntry, nrev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +159,57 @@ func testSettleReplacesLeftovers(t *testing.T, open func(*testing.T) (*Store, st
 		if want := fmt.Sprintf("note %d", i); e.Text != want || e.Kind != KindSystem {
 			t.Errorf("entry %d: %s %q, want system %q", e.ID, e.Kind, e.Text, want)
 		}
+	}
+}
+
+// TestEntriesReadForTheState reads a transcript whose entry 1 is a
+// leftover for the state that replaces it, from a store that does not
+// hold that state yet (as a replica behind the leader would answer): the
+// leftover is never returned; the read waits for the state, and then
+// returns the entry as the state names it.
+func TestEntriesReadForTheState(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	st := NewState(ref.Agent, ref.Session, now)
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover(t, s, ref, Entry{ID: 1, Kind: KindAssistant, Text: "left over", Time: now})
+	// The replacement of entry 1, then the state naming it.
+	want := rev + 3
+	defer func(d time.Duration) { spansCatchUp = d }(spansCatchUp)
+	spansCatchUp = 200 * time.Millisecond
+	if tr, err := s.Entries(ctx, ref, 2, want); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("revision %d, behind %d", rev, want)) {
+		t.Fatalf("read for revision %d before it was written: %+v, %v", want, tr, err)
+	}
+	spansCatchUp = entriesCatchUp
+	done := make(chan error, 1)
+	var tr []Entry
+	go func() {
+		var err error
+		tr, err = s.Entries(ctx, ref, 2, want)
+		done <- err
+	}()
+	b, err := marshal(Entry{ID: 1, Kind: KindSystem, Text: "note", Time: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.kv.Update(ctx, s.names.LogKey(ref, 1), b, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	st.NextEntry = 2
+	if wrev, err := s.Update(ctx, ref, st, rev); err != nil || wrev != want {
+		t.Fatalf("state written at %d (%v), the test expected %d", wrev, err, want)
+	}
+	select {
+	case err := <-done:
+		if err != nil || len(tr) != 1 || tr[0].Text != "note" {
+			t.Fatalf("transcript %+v, %v: want the replacement", tr, err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the read did not end once the state was there")
 	}
 }
 
@@ -366,11 +419,11 @@ func testReplaceRacesSuccessorsAdoption(t *testing.T, open func(*testing.T) (*St
 	if !errors.Is(lateErr, ErrFenced) {
 		t.Errorf("late settlement: %v, want ErrFenced", lateErr)
 	}
-	got, _, err := successor.Load(ctx, ref)
+	got, grev, err := successor.Load(ctx, ref)
 	if err != nil || got.Owner != "successor" || got.NextEntry != 2 {
 		t.Fatalf("state %+v, %v: want the successor's settlement", got, err)
 	}
-	tr, err := successor.Entries(ctx, ref, got.NextEntry)
+	tr, err := successor.Entries(ctx, ref, got.NextEntry, grev)
 	if err != nil || len(tr) != 1 {
 		t.Fatalf("transcript %+v, %v", tr, err)
 	}

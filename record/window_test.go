@@ -2,11 +2,14 @@ package record
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
@@ -156,8 +159,8 @@ func BenchmarkReadContext(b *testing.B) {
 		last := []Span{{uint64(n - 49), uint64(n)}}
 		b.Run(fmt.Sprintf("watch-all/entries=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := s.Entries(ctx, ref, uint64(n+1)); err != nil {
-					b.Fatal(err)
+				if got := watchAll(b, s, ref); got != n {
+					b.Fatalf("watch read %d entries, want %d", got, n)
 				}
 			}
 		})
@@ -177,5 +180,33 @@ func BenchmarkReadContext(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// watchAll reads every entry of ref's transcript with a watch over its
+// keys, as claims read before, and returns how many it read.
+func watchAll(b *testing.B, s *Store, ref streams.SessionRef) int {
+	b.Helper()
+	w, err := s.kv.Watch(context.Background(), s.names.LogKeys(ref), jetstream.IgnoreDeletes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	n := 0
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case kve := <-w.Updates():
+			if kve == nil {
+				return n
+			}
+			var e Entry
+			if err := json.Unmarshal(kve.Value(), &e); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		case <-timeout:
+			b.Fatalf("watch read %d entries, then nothing", n)
+		}
 	}
 }

@@ -50,7 +50,7 @@ func (s *session) fork(ctx context.Context, msg control.Message, seq uint64) (st
 	}
 	// The copy is of the transcript, not of the live context: a
 	// compacted session's summarised turns are copied whole.
-	all, err := s.w.store.Entries(ctx, s.r.ref, s.st.NextEntry)
+	all, err := s.w.store.Entries(ctx, s.r.ref, s.st.NextEntry, s.rev)
 	if err != nil {
 		return "", err
 	}
