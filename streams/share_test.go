@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
@@ -145,5 +146,43 @@ func TestRoomAgentReadIsSmall(t *testing.T) {
 	refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1000}, Bytes: 64})
 	if err != nil || !errors.Is(refused["a"], streams.ErrShare) || !strings.Contains(refused["a"].Error(), fmt.Sprintf("would hold %d messages", sessions+1001)) {
 		t.Fatalf("agent a past its share: refused %v, err %v", refused, err)
+	}
+}
+
+// noConsumers is a JetStream whose streams refuse to make consumers, as a
+// cluster without a meta leader does.
+type noConsumers struct{ jetstream.JetStream }
+
+func (j noConsumers) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := j.JetStream.Stream(ctx, name)
+	return noConsumerStream{s}, err
+}
+
+type noConsumerStream struct{ jetstream.Stream }
+
+func (noConsumerStream) CreateConsumer(context.Context, jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	return nil, jetstream.ErrJetStreamNotEnabled
+}
+
+// Where no consumer can be made to count an agent's share, the Room counts
+// it from a filtered stream info, and still refuses past it.
+func TestRoomAgentCountWithoutConsumers(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.RunServer(t)
+	_, js := natstest.Connect(t, srv.ClientURL())
+	n := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{Limits: map[string]streams.Limit{n.StreamIn(): {Bytes: 1 << 20, Msgs: 40}}}); err != nil {
+		t.Fatal(err)
+	}
+	in := n.InAll()[:len(n.InAll())-1]
+	for i := range 10 {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: in + "a.s" + fmt.Sprint(i), Data: []byte("event")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	room := streams.NewInRoom(noConsumers{js}, n, streams.Shares{Agent: 25, Source: 100})
+	refused, err := room.Take(ctx, streams.Write{Agents: map[string]int{"a": 1, "b": 1}, Bytes: 64})
+	if err != nil || refused["b"] != nil || !errors.Is(refused["a"], streams.ErrShare) || !strings.Contains(refused["a"].Error(), "agent a would hold 11 messages") {
+		t.Fatalf("agent a with 10 of its 10, counted without consumers: refused %v, err %v", refused, err)
 	}
 }
