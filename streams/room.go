@@ -402,7 +402,10 @@ func (r *Room) agentCount(ctx context.Context, agent, filter string) (uint64, er
 		}
 		delete(r.counters, agent) // idle past counterIdle: made again
 	}
-	c, err := r.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	// Briefly: where it cannot be made, the fallback needs time too.
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := r.stream.CreateConsumer(cctx, jetstream.ConsumerConfig{
 		Description:   "jetloop: what " + r.name + " holds of agent " + agent + " (its share of the room)",
 		FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
 		InactiveThreshold: counterIdle, MemoryStorage: true, Replicas: 1,
