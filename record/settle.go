@@ -345,20 +345,58 @@ func (s *Store) Stored(ctx context.Context, ref streams.SessionRef, p Intent) ([
 	return out, nil
 }
 
-// entry reads the entry stored under id.
+// entry reads the entry stored under id from the stream's leader (a
+// stream message get, never a direct get): Stored decides from it
+// whether a step's settlement is stored, and the entries a crashed
+// attempt created were written after the state its caller loaded, so
+// no revision of that state tells a replica behind them apart from one
+// that holds them. The leader holds every write it acknowledged.
 func (s *Store) entry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
 	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 	defer cancel()
-	kve, err := s.kv.Get(gctx, s.names.LogKey(ref, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Entry{}, false, nil
-	}
+	subject := streams.KVSubject(s.bucket, s.names.LogKey(ref, id))
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
 	}
+	resp, err := s.nc.RequestWithContext(gctx, "$JS.API.STREAM.MSG.GET."+streams.KVStream(s.bucket), req)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+	}
+	var got struct {
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &got); err != nil {
+		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: bad answer %q: %w", id, ref, resp.Data, err)
+	}
+	switch {
+	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return Entry{}, false, nil
+	case got.Error != nil:
+		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, got.Error)
+	case got.Message == nil:
+		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: answer %q holds no message", id, ref, resp.Data)
+	}
+	if len(got.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(got.Message.Header)
+		if err != nil {
+			return Entry{}, false, fmt.Errorf("record: read entry %d of %s (revision %d): headers: %w", id, ref, got.Message.Seq, err)
+		}
+		if h.Get("KV-Operation") != "" {
+			// A delete or purge marker: the id holds nothing.
+			return Entry{}, false, nil
+		}
+	}
 	var e Entry
-	if err := json.Unmarshal(kve.Value(), &e); err != nil {
-		return Entry{}, false, fmt.Errorf("record: decode entry %d of %s (revision %s): %w", id, ref, strconv.FormatUint(kve.Revision(), 10), err)
+	if err := json.Unmarshal(got.Message.Data, &e); err != nil {
+		return Entry{}, false, fmt.Errorf("record: decode entry %d of %s (revision %s): %w", id, ref, strconv.FormatUint(got.Message.Seq, 10), err)
 	}
 	return e, true, nil
 }
