@@ -194,8 +194,13 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		t.main = Proc{Pid: pid, Start: start}
 	} else {
 		// The reaper could not start the command: it has exited, or is
-		// about to.
+		// about to. Or its command killed it before it could say so:
+		// what that left is this process's orphans now, or carries the
+		// marker.
 		_ = t.reaper.Process.Kill()
+		waitExited(t.reaper.Process.Pid)
+		_, _ = killOrphans(s.cfg.KillTimeout)
+		_, _ = killMarked(t.marker, s.cfg.KillTimeout)
 		werr := t.reaper.Wait()
 		pr.Close()
 		msg, _ := strings.CutPrefix(strings.TrimSpace(line), "error ")
