@@ -201,7 +201,10 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		waitExited(t.reaper.Process.Pid)
 		_, _ = killOrphans(s.cfg.KillTimeout)
 		_, _ = killMarked(t.marker, s.cfg.KillTimeout)
-		werr := t.reaper.Wait()
+		// Not the Cmd's Wait: that would also wait for the copy of what
+		// the command wrote into the caller's writers, which may block
+		// until the caller reads, after Start returns.
+		_, werr := t.reaper.Process.Wait()
 		pr.Close()
 		msg, _ := strings.CutPrefix(strings.TrimSpace(line), "error ")
 		switch {
