@@ -330,6 +330,7 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 		}
 		if ans != nil {
 			writeJSON(w, ans.status, ans.body)
+			adm.Recycle() // answered from the body alone
 			return
 		}
 		d.Receiver = name
@@ -347,6 +348,9 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 		s.log.Info("event accepted", "receiver", name, "id", e.ID(), "type", e.Type(), "source", e.Source(),
 			"duplicate", res.Duplicate, "admitted", len(res.Admitted))
 		writeJSON(w, http.StatusAccepted, res)
+		// Every message that shares the body is acknowledged: its memory
+		// can hold the next request's.
+		adm.Recycle()
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -123,10 +124,39 @@ func (g *Gate) Unverified() *Pool { return g.unverified }
 type Admission struct {
 	g *Gate
 	t *ticket
+	// body holds the bytes ReadBody returned; recycle, set by Recycle,
+	// lets Release hand it to the next request's body.
+	body    *bytes.Buffer
+	recycle bool
 }
 
-// Release gives the slot and the bytes back. Safe to call more than once.
-func (a *Admission) Release() { a.t.release() }
+// Release gives the slot and the bytes back, and the body's buffer too
+// when Recycle was called. Safe to call more than once.
+func (a *Admission) Release() {
+	a.t.release()
+	if b := a.body; b != nil && a.recycle {
+		a.body = nil
+		if b.Cap() <= maxRecycled {
+			b.Reset()
+			bodies.Put(b)
+		}
+	}
+}
+
+// Recycle lets Release reuse the memory of the body ReadBody returned for
+// another request's. Call it only once nothing holds the body any more:
+// every message that shares it acknowledged, no publish of it left
+// pending or to be retried. A request that fails half-way is not
+// recycled: its body is left to the collector.
+func (a *Admission) Recycle() { a.recycle = true }
+
+// bodies holds the buffers of bodies recycled (Admission.Recycle): each
+// webhook's tens of kilobytes read into memory already used, not new.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxRecycled is the largest buffer kept for another body: the rare
+// large one goes to the collector, so the pool does not pin megabytes.
+const maxRecycled = 256 << 10
 
 // Admit takes a slot from pool for r and room for the first 32 KiB of its
 // body (its declared length when shorter); the rest is taken as it
@@ -159,12 +189,17 @@ const chunk = 32 << 10
 // seconds: the error is ErrTooSlow, and the connection is closed after the
 // answer. Each chunk takes its room from the pool first: ErrBusy when the
 // pool has none. A body over limit is ErrTooLarge.
+//
+// The body is the caller's until Release, and for good unless Recycle was
+// called before it.
 func (a *Admission) ReadBody(w http.ResponseWriter, r *http.Request, limit int64, deadline time.Time) ([]byte, error) {
 	g := a.g
 	rc := http.NewResponseController(w)
 	start := time.Now()
 	body := http.MaxBytesReader(w, r.Body, limit)
-	var buf bytes.Buffer
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	a.body = buf
 	if r.ContentLength > 0 {
 		// And MinRead past it, so reading to the end of a body of the
 		// declared length does not grow it again.
@@ -197,7 +232,7 @@ func (a *Admission) ReadBody(w http.ResponseWriter, r *http.Request, limit int64
 				return nil, fmt.Errorf("set read deadline: %w", err)
 			}
 		}
-		_, err := io.CopyN(&buf, body, chunk)
+		_, err := io.CopyN(buf, body, chunk)
 		if errors.Is(err, io.EOF) {
 			break
 		}

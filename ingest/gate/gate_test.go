@@ -223,3 +223,41 @@ func TestRefusedBeforeBodyClosesTheConnection(t *testing.T) {
 		t.Fatalf("answer %d (close %v), want 503 and the connection closed", resp.StatusCode, resp.Close)
 	}
 }
+
+// A body is reused for another request's only when its request recycled
+// it: one released without Recycle keeps its bytes however many bodies
+// are read after it.
+func TestReadBodyRecycle(t *testing.T) {
+	g, err := gate.New(gate.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(fill byte) (*gate.Admission, []byte) {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat(string(fill), 4000)))
+		adm, err := g.Admit(g.Unverified(), r, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := adm.ReadBody(httptest.NewRecorder(), r, 1<<20, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return adm, body
+	}
+	kept, first := read('a')
+	kept.Release()
+	kept.Release()
+	for i := range 20 {
+		fill := byte('b' + i)
+		adm, body := read(fill)
+		if strings.Trim(string(body), string(fill)) != "" || len(body) != 4000 {
+			t.Fatalf("body %d: %q…, want 4000 × %q", i, body[:10], fill)
+		}
+		adm.Recycle()
+		adm.Release()
+	}
+	if strings.Trim(string(first), "a") != "" {
+		t.Fatalf("a body released without Recycle was reused: %q…", first[:10])
+	}
+}
