@@ -86,19 +86,31 @@ func (s State) Live() []Span {
 // direct get (maxAllowedResponses in nats-server's stream.go).
 const maxMultiGet = 1024
 
+// multiGetBytes bounds the bytes one batched direct get returns (its
+// max_bytes): the server stops after the message that reaches it and
+// says in its end-of-batch status how many it did not send, and the
+// rest is asked for again. An entry may be near the server's max
+// payload, so without it a batch of 1023 could be a gigabyte, past what
+// a subscription holds (nats: slow consumer) or the server queues for
+// the connection before it cuts it. A batch of small entries stays one
+// request.
+var multiGetBytes = 8 << 20
+
 // ReadSpans reads the entries of spans by their keys, in the spans'
 // order: one batched direct get per 1023 entries (a multi_last request
-// for the entries' subjects), so reading the live context costs what it
-// holds, not what the transcript holds. A missing entry is an error.
+// for the entries' subjects), or more where the entries' bytes pass
+// multiGetBytes, so reading the live context costs what it holds, not
+// what the transcript holds. A missing entry is an error.
 //
 // rev is the revision of the state that names the spans (0: none). A
 // batched direct get may be answered by a replica behind the leader,
 // which lacks the latest entries or holds an earlier version of an id (a
 // leftover its settlement replaced); the state's key is read in the same
-// batch, and until the replica answering holds the state at rev or later
-// (a replica applies the bucket's writes in order, so it then holds every
-// entry that state names as it was named) the read is made again, for up
-// to entriesCatchUp.
+// batch, and the server says how far the replica answering holds the
+// stream. Until it holds the state at rev or later (a replica applies
+// the bucket's writes in order, so it then holds every entry that state
+// names as it was named) the batch is read again, for up to
+// spansCatchUp.
 func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []Span, rev uint64) ([]Entry, error) {
 	var ids []uint64
 	for _, sp := range spans {
@@ -123,32 +135,66 @@ func (s *Store) ReadSpans(ctx context.Context, ref streams.SessionRef, spans []S
 // state it reads for.
 var spansCatchUp = entriesCatchUp
 
-// readChunk reads ids in one batched direct get, again while the replica
-// answering is behind revision rev of the state.
+// readChunk reads ids in batched direct gets: one, or more when the
+// server cuts a batch at multiGetBytes (each asks for the ids not
+// answered yet). A batch the replica answering holds behind revision
+// rev of the state is read again.
 func (s *Store) readChunk(ctx context.Context, ref streams.SessionRef, ids []uint64, rev uint64) ([]Entry, error) {
+	out := make([]Entry, len(ids))
+	answered := make([]bool, len(ids))
+	pending := make([]int, len(ids))
+	for i := range pending {
+		pending[i] = i
+	}
 	delay := time.Millisecond
 	var deadline time.Time
-	for {
-		got, seq, missing, err := s.multiGet(ctx, ref, ids, rev > 0)
+	for len(pending) > 0 {
+		asked := make([]uint64, len(pending))
+		for j, i := range pending {
+			asked[j] = ids[i]
+		}
+		b, err := s.multiGet(ctx, ref, asked, rev > 0)
 		if err != nil {
 			return nil, err
 		}
-		if seq >= rev {
-			if missing != 0 {
-				return nil, fmt.Errorf("record: transcript of %s lacks entry %d (%d of %d read)", ref, missing, len(ids)-countMissing(got, ids), len(ids))
+		if max(b.state, b.upTo) < rev {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(spansCatchUp)
+			} else if time.Now().After(deadline) {
+				return nil, fmt.Errorf("record: read entries of %s: the replica answering holds its state at revision %d, behind %d, after %s", ref, b.state, rev, spansCatchUp)
 			}
-			return got, nil
+			if err := sleep(ctx, delay); err != nil {
+				return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+			}
+			delay = min(2*delay, 100*time.Millisecond)
+			continue
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(spansCatchUp)
-		} else if time.Now().After(deadline) {
-			return nil, fmt.Errorf("record: read entries of %s: the replica answering holds its state at revision %d, behind %d, after %s", ref, seq, rev, spansCatchUp)
+		if !b.cut {
+			for j, i := range pending {
+				out[i] = b.entries[j]
+			}
+			break
 		}
-		if err := sleep(ctx, delay); err != nil {
-			return nil, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		// Cut at multiGetBytes: keep what came, ask again for the rest.
+		left := pending[:0]
+		for j, i := range pending {
+			if b.answered[j] {
+				out[i], answered[i] = b.entries[j], true
+			} else {
+				left = append(left, i)
+			}
 		}
-		delay = min(2*delay, 100*time.Millisecond)
+		if len(left) == len(pending) {
+			return nil, fmt.Errorf("record: read %d entries of %s: a batch cut at %d bytes answered none of them", len(asked), ref, multiGetBytes)
+		}
+		pending = left
 	}
+	for i, e := range out {
+		if e.ID != ids[i] {
+			return nil, fmt.Errorf("record: transcript of %s lacks entry %d (%d of %d read)", ref, ids[i], len(ids)-countMissing(out, ids), len(ids))
+		}
+	}
+	return out, nil
 }
 
 func countMissing(got []Entry, ids []uint64) int {
@@ -161,12 +207,27 @@ func countMissing(got []Entry, ids []uint64) int {
 	return n
 }
 
-// multiGet reads up to maxMultiGet-1 entries in one batched direct get,
-// and with withState the session's state key beside them: it returns the
-// entries (a missing one left zero), the state's revision as the replica
-// answering holds it (0 if it holds none, or not asked), and the first
-// id missing (0 if none).
-func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint64, withState bool) ([]Entry, uint64, uint64, error) {
+// multiBatch is what one batched direct get answered.
+type multiBatch struct {
+	// entries holds the entries asked for (a missing one left zero);
+	// answered says which the server sent (a delete marker among them).
+	entries  []Entry
+	answered []bool
+	// state is the state's revision as the replica answering holds it
+	// (0 if it holds none, it was not asked, or the batch was cut before
+	// it); upTo is the last sequence of the bucket the replica held when
+	// it answered (0 if it did not say). Either at rev or later means the
+	// replica holds the state at rev.
+	state, upTo uint64
+	// cut is set when the server stopped at the batch's max_bytes with
+	// messages left to send.
+	cut bool
+}
+
+// multiGet reads up to maxMultiGet-1 entries in one batched direct get
+// of at most multiGetBytes (past the message that reaches it), and with
+// withState the session's state key beside them.
+func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint64, withState bool) (multiBatch, error) {
 	subjects := make([]string, len(ids), len(ids)+1)
 	want := make(map[string]int, len(ids))
 	for i, id := range ids {
@@ -180,63 +241,65 @@ func (s *Store) multiGet(ctx context.Context, ref streams.SessionRef, ids []uint
 	}
 	body, err := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
-	}{subjects})
+		MaxBytes  int      `json:"max_bytes"`
+	}{subjects, multiGetBytes})
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return multiBatch{}, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	inbox := s.nc.NewRespInbox()
 	sub, err := s.nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return multiBatch{}, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	defer sub.Unsubscribe()
 	if err := s.nc.PublishRequest("$JS.API.DIRECT.GET."+streams.KVStream(s.bucket), inbox, body); err != nil {
-		return nil, 0, 0, fmt.Errorf("record: read entries of %s: %w", ref, err)
+		return multiBatch{}, fmt.Errorf("record: read entries of %s: %w", ref, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, writeAttemptTimeout)
 		defer cancel()
 	}
-	out := make([]Entry, len(ids))
+	b := multiBatch{entries: make([]Entry, len(ids)), answered: make([]bool, len(ids))}
 	found := 0
-	var stateSeq uint64
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("record: read %d entries of %s (%d answered): %w", len(ids), ref, found, err)
+			return multiBatch{}, fmt.Errorf("record: read %d entries of %s (%d answered): %w", len(ids), ref, found, err)
 		}
 		if status := m.Header.Get("Status"); status != "" {
-			// 204 ends the batch; 404 answers a batch none of whose
-			// subjects has a message.
-			if status == "204" || status == "404" {
+			// 204 ends the batch, saying how many messages it left
+			// unsent and up to which sequence it read; 404 answers a
+			// batch none of whose subjects has a message.
+			if status == "204" {
+				pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				b.upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+				b.cut = pending > 0
 				break
 			}
-			return nil, 0, 0, fmt.Errorf("record: read %d entries of %s: status %s %s", len(ids), ref, status, m.Header.Get("Description"))
+			if status == "404" {
+				break
+			}
+			return multiBatch{}, fmt.Errorf("record: read %d entries of %s: status %s %s", len(ids), ref, status, m.Header.Get("Description"))
 		}
 		subject := m.Header.Get(jetstream.SubjectHeader)
 		if withState && subject == stateSubject {
-			stateSeq, _ = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			b.state, _ = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 			continue
 		}
 		i, ok := want[subject]
-		if !ok || m.Header.Get("KV-Operation") != "" {
-			// Not asked for, or a delete marker: the entry is missing.
+		if !ok {
 			continue
 		}
-		if err := json.Unmarshal(m.Data, &out[i]); err != nil {
-			return nil, 0, 0, fmt.Errorf("record: decode %s: %w", subject, err)
-		}
+		b.answered[i] = true
 		found++
-	}
-	var missing uint64
-	if found != len(ids) {
-		for i, e := range out {
-			if e.ID != ids[i] {
-				missing = ids[i]
-				break
-			}
+		if m.Header.Get("KV-Operation") != "" {
+			// A delete marker: the entry is missing.
+			continue
+		}
+		if err := json.Unmarshal(m.Data, &b.entries[i]); err != nil {
+			return multiBatch{}, fmt.Errorf("record: decode %s: %w", subject, err)
 		}
 	}
-	return out, stateSeq, missing, nil
+	return b, nil
 }

@@ -210,3 +210,49 @@ func watchAll(b *testing.B, s *Store, ref streams.SessionRef) int {
 		}
 	}
 }
+
+// TestEntriesOfLargeEntries reads a transcript of large entries (tool
+// results near the size cap), more bytes than a client or the server
+// holds for one subscription: the read is cut into batches the server
+// bounds by bytes, and every entry comes back, in order.
+func TestEntriesOfLargeEntries(t *testing.T) {
+	s, ref := testStore(t)
+	ctx := context.Background()
+	st := NewState(ref.Agent, ref.Session, time.Now().UTC())
+	rev, err := s.Create(ctx, ref, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 300, 300 << 10 // 90 MB, over the 64 MB a subscription or a connection holds by default
+	big := strings.Repeat("y", size)
+	for from := 1; from <= n; from += 50 {
+		var es []Entry
+		for i := from; i < from+50 && i <= n; i++ {
+			es = append(es, Entry{ID: uint64(i), Kind: KindToolResult, CallID: fmt.Sprintf("c%d", i), Result: big})
+		}
+		if err := s.WriteEntries(ctx, ref, es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.NextEntry = n + 1
+	rev, err = s.Update(ctx, ref, st, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Entries(ctx, ref, st.NextEntry, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("read %d entries, want %d", len(got), n)
+	}
+	for i, e := range got {
+		if e.ID != uint64(i+1) || e.CallID != fmt.Sprintf("c%d", i+1) || len(e.Result) != size {
+			t.Fatalf("entry %d reads id %d, call %q, %d bytes", i+1, e.ID, e.CallID, len(e.Result))
+		}
+	}
+	// The connection the store reads on is still up, and reads on.
+	if _, err := s.Entries(ctx, ref, 3, rev); err != nil {
+		t.Fatalf("a read after the large one: %v", err)
+	}
+}
