@@ -371,7 +371,7 @@ func (a *Admitter) publishable(e event.Event, d Decision, ref streams.SessionRef
 	// The data is checked once for the event, by its receiver.
 	bare := e
 	bare.DataEncoded, bare.DataBase64 = nil, false
-	if _, err := events.ToMsg(a.names.In(ref), Stamp(bare, d)); err != nil {
+	if err := events.CheckMsg(a.names.In(ref), Stamp(bare, d)); err != nil {
 		return fmt.Errorf("event for session %q cannot be published: %w", d.Session, err)
 	}
 	return nil

@@ -97,6 +97,19 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	return m, nil
 }
 
+// CheckMsg reports what ToMsg would: nil when e can be rendered as a
+// message on subject, else ToMsg's error. It builds no message: for a
+// check made before the message is (admission's, once per session).
+func CheckMsg(subject string, e event.Event) error {
+	if err := checkSubject(subject); err != nil {
+		return err
+	}
+	if _, err := checkedAttributes(e); err != nil {
+		return fmt.Errorf("to message on %s: %w", quote(subject), err)
+	}
+	return nil
+}
+
 // ToMsgSharing is ToMsg with e's data as the message's body, not a copy
 // of it: for a caller that writes neither while the message is in use
 // (a publish of a webhook's tens of kilobytes, once per session).

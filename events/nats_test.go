@@ -246,7 +246,8 @@ func TestToMsgRejects(t *testing.T) {
 			if subject == "" && tt.want != events.ErrInvalidSubject {
 				subject = testSubject
 			}
-			for name, toMsg := range map[string]func(string, event.Event) (*nats.Msg, error){"ToMsg": events.ToMsg, "ToMsgSharing": events.ToMsgSharing} {
+			check := func(subject string, e event.Event) (*nats.Msg, error) { return nil, events.CheckMsg(subject, e) }
+			for name, toMsg := range map[string]func(string, event.Event) (*nats.Msg, error){"ToMsg": events.ToMsg, "ToMsgSharing": events.ToMsgSharing, "CheckMsg": check} {
 				m, err := toMsg(subject, e)
 				if !errors.Is(err, tt.want) {
 					t.Fatalf("%s = %v, %v; want %v", name, m, err, tt.want)
@@ -313,6 +314,9 @@ func TestRoundTrip(t *testing.T) {
 			m, err := events.ToMsg(testSubject, e)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if err := events.CheckMsg(testSubject, e); err != nil {
+				t.Fatalf("CheckMsg refuses what ToMsg renders: %v", err)
 			}
 			got, err := events.FromMsg(overTheWire(t, m))
 			if err != nil {
@@ -634,6 +638,9 @@ func FuzzEventRoundTrip(f *testing.F) {
 		e.SetDataContentType(contentType)
 		e.DataEncoded = data
 		m, err := events.ToMsg(testSubject, e)
+		if cerr := events.CheckMsg(testSubject, e); (cerr == nil) != (err == nil) || cerr != nil && cerr.Error() != err.Error() {
+			t.Fatalf("CheckMsg = %v, ToMsg = %v", cerr, err)
+		}
 		if err != nil {
 			if !errors.Is(err, events.ErrInvalidEvent) {
 				t.Fatalf("ToMsg: error %v does not wrap ErrInvalidEvent", err)
