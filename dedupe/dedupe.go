@@ -90,6 +90,32 @@ type Entry struct {
 	Digest string `json:"digest,omitempty"`
 }
 
+// encode is json.Marshal(e) for an outcome that is valid JSON (the
+// callers check it), written directly: Marshal would check the outcome
+// again, and this is once per event.
+func (e Entry) encode() ([]byte, error) {
+	if y := e.At.Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("time %s is outside the years 0 to 9999", e.At)
+	}
+	b := make([]byte, 0, 64+len(e.Outcome)+len(e.Digest))
+	b = append(b, `{"at":"`...)
+	b = e.At.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if len(e.Outcome) > 0 {
+		b = append(b, `,"outcome":`...)
+		b = append(b, e.Outcome...)
+	}
+	if e.Digest != "" {
+		d, err := json.Marshal(e.Digest)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"digest":`...)
+		b = append(b, d...)
+	}
+	return append(b, '}'), nil
+}
+
 // RecordOption adjusts a Record or Claim.
 type RecordOption func(*Entry)
 
@@ -169,7 +195,7 @@ func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, op
 	if len(outcome) <= MaxRecordSize && json.Valid(outcome) {
 		ent.Outcome = outcome
 	}
-	val, err := json.Marshal(ent)
+	val, err := ent.encode()
 	if err != nil {
 		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s: %w", key, err)
 	}
@@ -198,7 +224,7 @@ func (s *Store) Amend(ctx context.Context, source, id string, rev uint64, ent En
 	if len(ent.Outcome) > MaxRecordSize || !json.Valid(ent.Outcome) {
 		ent.Outcome = nil
 	}
-	val, err := json.Marshal(ent)
+	val, err := ent.encode()
 	if err != nil {
 		return fmt.Errorf("dedupe: amend %s: %w", key, err)
 	}
