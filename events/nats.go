@@ -85,9 +85,11 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("to message on %s: %w", quote(subject), err)
 	}
-	m := nats.NewMsg(subject)
+	// Room for every attribute, Content-Type, Nats-Msg-Id and a header a
+	// caller adds: the map is made once, not grown.
+	m := &nats.Msg{Subject: subject, Header: make(nats.Header, len(attrs)+3)}
 	for _, a := range attrs {
-		m.Header[headerPrefix+a.name] = []string{a.header}
+		m.Header[headerKey(a.name)] = []string{a.header}
 	}
 	if ct := e.DataContentType(); ct != "" && !isStructured(ct) && plainHeaderValue(ct) {
 		m.Header[contentTypeHeader] = []string{ct}
@@ -95,6 +97,37 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	m.Header[nats.MsgIdHdr] = []string{SubjectMsgID(subject, e)}
 	m.Data = bytes.Clone(e.DataEncoded)
 	return m, nil
+}
+
+// headerKey is the header of attribute name, headerPrefix and the name:
+// those of the attributes every event has, and of the extensions the
+// runtime stamps, without building the string again.
+func headerKey(name string) string {
+	switch name {
+	case "specversion":
+		return "ce-specversion"
+	case "id":
+		return "ce-id"
+	case "source":
+		return "ce-source"
+	case "type":
+		return "ce-type"
+	case "datacontenttype":
+		return "ce-datacontenttype"
+	case "subject":
+		return "ce-subject"
+	case "time":
+		return "ce-time"
+	case ExtAgent:
+		return "ce-" + ExtAgent
+	case ExtSession:
+		return "ce-" + ExtSession
+	case "jltrigger":
+		return "ce-jltrigger"
+	case "traceparent":
+		return "ce-traceparent"
+	}
+	return headerPrefix + name
 }
 
 // CheckMsg reports what ToMsg would: nil when e can be rendered as a

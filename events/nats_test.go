@@ -744,3 +744,13 @@ func TestAttribute(t *testing.T) {
 		t.Error("an attribute given twice was read")
 	}
 }
+
+// headerKey names the same header as headerPrefix+name for every name.
+func TestHeaderKey(t *testing.T) {
+	for _, name := range []string{"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time",
+		events.ExtAgent, events.ExtSession, events.ExtHops, "jltrigger", "traceparent", "tracestate", "x", ""} {
+		if got := events.HeaderKey(name); got != "ce-"+name {
+			t.Errorf("headerKey(%q) = %q", name, got)
+		}
+	}
+}

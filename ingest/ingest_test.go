@@ -281,6 +281,11 @@ func checkMessage(t *testing.T, h *harness, subject, id string, body []byte) {
 		e.Subject() != "pull/2" || !bytes.Equal(e.Data(), body) || e.Extensions()[admission.ExtTrigger] != "pr" {
 		t.Fatalf("stored event %s", e)
 	}
+	// The id the stream's duplicate window drops a repeat by: the event's
+	// and its session's.
+	if got, want := raw.Header.Get(nats.MsgIdHdr), dedupe.MsgID(e, subject); got != want {
+		t.Fatalf("stored event's %s = %q, want %q", nats.MsgIdHdr, got, want)
+	}
 }
 
 func TestGitHubRefusals(t *testing.T) {

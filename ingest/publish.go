@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetloop/jetloop/admission"
-	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/tracing"
@@ -62,11 +61,12 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 					m.publishFailures.Inc()
 					return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 				}
+				// Its Nats-Msg-Id is dedupe.MsgID(e, subject), as
+				// ToMsg names every message.
 				msg, err := events.ToMsgSharing(subject, admission.Stamp(ev, dec))
 				if err != nil {
 					return nil, fmt.Errorf("ingest: event %s for %s: %w", e.ID(), dec.Rule(), err)
 				}
-				msg.Header.Set(nats.MsgIdHdr, dedupe.MsgID(e, subject))
 				targetOf = append(targetOf, len(res.Admitted))
 				msgs = append(msgs, msg)
 				res.Admitted = append(res.Admitted, Target{Agent: dec.Agent, Session: dec.Session})

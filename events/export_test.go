@@ -1,0 +1,4 @@
+package events
+
+// HeaderKey is headerKey, for tests.
+var HeaderKey = headerKey
