@@ -30,7 +30,10 @@ import (
 func encodeStateJSON(st *State) ([]byte, error) {
 	b, ok := appendState(make([]byte, 0, 1024), st)
 	if !ok {
-		return json.Marshal(st)
+		// A copy: st itself does not escape, so a caller's state stays
+		// on its stack when the fast path writes it.
+		c := *st
+		return json.Marshal(&c)
 	}
 	return b, nil
 }
