@@ -44,20 +44,24 @@ func (s *session) stopBudget(ctx context.Context, next record.State, entries []r
 
 // stepContext is the context of a step's effect: bounded by the run's
 // deadline, and aborted by a cancel or a newer tick (see aborted).
+// Without a deadline it is the effect's context alone: a context of its
+// own would only cost its allocation and its parent's bookkeeping.
 func (s *session) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	ectx, done := s.r.effectContext(ctx)
-	dctx, cancel := s.deadlineContext(ectx)
+	deadline := s.deadline()
+	if deadline.IsZero() {
+		return ectx, done
+	}
+	dctx, cancel := context.WithDeadline(ectx, deadline)
 	return dctx, func() { cancel(); done() }
 }
 
-// deadlineContext bounds ctx by the run's deadline and its tick's timeout.
-func (s *session) deadlineContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// deadline is the earlier of the run's deadline and its tick's timeout;
+// zero for neither.
+func (s *session) deadline() time.Time {
 	deadline := runDeadline(s.st)
 	if t := s.st.Tick; t != nil && t.Result == "" && !t.Deadline.IsZero() && (deadline.IsZero() || t.Deadline.Before(deadline)) {
 		deadline = t.Deadline
 	}
-	if !deadline.IsZero() {
-		return context.WithDeadline(ctx, deadline)
-	}
-	return context.WithCancel(ctx)
+	return deadline
 }

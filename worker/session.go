@@ -49,8 +49,9 @@ type session struct {
 	def   *policies.Definition
 	model model.Model
 	// span is the span of the run in this worker; nil when none is open
-	// (see spans.go).
-	span trace.Span
+	// (see spans.go); steps is its steps' tracer once looked up.
+	span  trace.Span
+	steps trace.Tracer
 }
 
 // claim takes the session over: it writes the state (creating it for a

@@ -38,7 +38,7 @@ func (s *session) startRun(ctx context.Context, ev event.Event, seq uint64, next
 		trace.WithAttributes(append(tracing.Session(s.r.ref.Agent, s.r.ref.Session),
 			tracing.AttrSeq.Int64(int64(seq)), tracing.AttrEventID.String(ev.ID()), tracing.AttrEventType.String(ev.Type()),
 			tracing.AttrVersion.Int64(int64(next.DefinitionVersion)))...))
-	s.span = span
+	s.span, s.steps = span, nil
 	next.Trace = tracing.TraceParent(trace.ContextWithSpan(ctx, span))
 }
 
@@ -53,6 +53,7 @@ func (s *session) runContext(ctx context.Context) context.Context {
 			trace.WithAttributes(append(tracing.Session(s.r.ref.Agent, s.r.ref.Session),
 				tracing.AttrVersion.Int64(int64(s.st.DefinitionVersion)), attribute.Bool("jetloop.run.continued", true))...)}
 		_, s.span = s.w.tracer().Start(parent, "run "+s.r.ref.Agent, opts...)
+		s.steps = nil
 	}
 	return trace.ContextWithSpan(ctx, s.span)
 }
@@ -75,7 +76,16 @@ func (s *session) endRun(status record.Status, why string) {
 		s.span.SetStatus(codes.Error, why)
 	}
 	s.span.End()
-	s.span = nil
+	s.span, s.steps = nil, nil
+}
+
+// stepTracer is the tracer of the run's step spans: the run span's
+// provider's, as tracing.Start finds it, looked up once a run.
+func (s *session) stepTracer() trace.Tracer {
+	if s.steps == nil {
+		s.steps = s.span.TracerProvider().Tracer(tracing.Name)
+	}
+	return s.steps
 }
 
 // modelSpan starts the span of a model call (GenAI semantic conventions).
@@ -88,7 +98,8 @@ func (s *session) modelSpan(ctx context.Context, in record.Intent, recovery bool
 	if name != "" {
 		spanName += " " + name
 	}
-	return tracing.Start(s.runContext(ctx), spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	ctx = s.runContext(ctx)
+	return s.stepTracer().Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		tracing.GenAIOperation.String(tracing.OpChat), tracing.GenAIProvider.String(provider), tracing.GenAISystem.String(provider),
 		tracing.GenAIRequestModel.String(name), tracing.AttrTurn.Int(in.Turn), tracing.AttrStep.Int64(int64(in.Step)),
 		attribute.Bool("jetloop.recovery", recovery)))
@@ -102,7 +113,8 @@ func (s *session) toolSpan(ctx context.Context, call record.CallRef, in record.I
 			kind = "extension"
 		}
 	}
-	return tracing.Start(s.runContext(ctx), tracing.OpExecuteTool+" "+call.Name, trace.WithAttributes(
+	ctx = s.runContext(ctx)
+	return s.stepTracer().Start(ctx, tracing.OpExecuteTool+" "+call.Name, trace.WithAttributes(
 		tracing.GenAIOperation.String(tracing.OpExecuteTool), tracing.GenAIToolName.String(call.Name),
 		tracing.GenAIToolCallID.String(call.ID), tracing.GenAIToolType.String(kind),
 		tracing.AttrReplay.String(string(in.Replay)), tracing.AttrStep.Int64(int64(in.Step)),

@@ -99,7 +99,6 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	ctx, span := s.modelSpan(ctx, in, recovery)
 	defer func() { endStep(span, err) }()
 	s.trace(ctx, TracePoint{Phase: PhaseEffect, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
-	log := s.log.With("turn", in.Turn, "step", in.Step)
 
 	_, win, err := s.window(ctx, in.Turn)
 	if err != nil {
@@ -126,7 +125,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		return context.Cause(ctx)
 	}
 	if abort != nil {
-		log.Info("model call aborted", "why", abort)
+		s.log.Info("model call aborted", "turn", in.Turn, "step", in.Step, "why", abort)
 		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
@@ -152,7 +151,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		err = fmt.Errorf("response has %d tool calls, max %d", len(resp.ToolCalls), record.MaxToolCalls)
 	}
 	if err != nil {
-		log.Warn("model call failed", "err", err)
+		s.log.Warn("model call failed", "turn", in.Turn, "step", in.Step, "err", err)
 		s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "error")...).Inc()
 		return s.failStep(ctx, "model call failed: "+err.Error())
 	}
@@ -193,7 +192,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	// The tree above learns what this step cost.
 	s.report(ctx)
 	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
-	log.Info("model step settled", "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
+	s.log.Info("model step settled", "turn", in.Turn, "step", in.Step, "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	return nil
 }
