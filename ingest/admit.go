@@ -26,12 +26,16 @@ func Admit(adm *admission.Admitter) Middleware {
 			actx, span := tracing.Start(ctx, "admission", trace.WithAttributes(
 				tracing.AttrEventID.String(d.Event.ID()), tracing.AttrEventType.String(d.Event.Type())))
 			ds, err := adm.DecideData(actx, data, d.Event)
-			for _, x := range ds {
-				span.AddEvent("decision", trace.WithAttributes(tracing.AttrAgent.String(x.Agent),
-					tracing.AttrSession.String(x.Session), attribute.String("jetloop.rule", x.Rule()),
-					attribute.String("jetloop.outcome", string(x.Outcome))))
+			if span.IsRecording() {
+				// Built only for a span that keeps them: without a
+				// tracer, once per event for nothing.
+				for _, x := range ds {
+					span.AddEvent("decision", trace.WithAttributes(tracing.AttrAgent.String(x.Agent),
+						tracing.AttrSession.String(x.Session), attribute.String("jetloop.rule", x.Rule()),
+						attribute.String("jetloop.outcome", string(x.Outcome))))
+				}
+				span.SetAttributes(attribute.Int("jetloop.decisions", len(ds)))
 			}
-			span.SetAttributes(attribute.Int("jetloop.decisions", len(ds)))
 			tracing.Fail(span, err)
 			span.End()
 			switch {
