@@ -38,7 +38,7 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 	}
 	want := map[string][]string{
 		bench.Ingest:   {"events/s", "raw-events/s", "ratio"},
-		bench.Step:     {"steps/s", "raw-steps/s", "ratio", "step-p50-ms", "raw-step-p50-ms", "p50-ratio", "steps/s-8", "raw-steps/s-8", "ratio-8"},
+		bench.Step:     {"steps/s", "raw-steps/s", "ratio", "step-p50-ms", "raw-step-p50-ms", "p50-ratio", "steps/s-8", "raw-steps/s-8", "ratio-8", "writes/step", "session-writes/step"},
 		bench.StepR3:   {"steps/s", "raw-steps/s", "ratio", "p50-ratio", "steps/s-8", "raw-steps/s-8"},
 		bench.Control:  {"raw-p50-ms", "raw-p99-ms", "steer-p50-ms", "steer-p99-ms", "cancel-tool-p50-ms", "cancel-final-p99-ms"},
 		bench.Recovery: {"recovery-p50-ms", "recovery-max-ms"},

@@ -82,6 +82,9 @@ func stepRows(name, label string) []row {
 			}},
 			row{name, fmt.Sprintf("%s, %s: ratio to raw, steps/s (p50)", label, who), func(f map[string]float64) string {
 				return fmt.Sprintf("%.2f (%.2f×)", f["ratio"+sfx], f["p50-ratio"+sfx])
+			}},
+			row{name, fmt.Sprintf("%s, %s: JetStream writes a step (in jl_sessions) vs raw", label, who), func(f map[string]float64) string {
+				return fmt.Sprintf("%.2f (%.2f) vs 2", f["writes/step"+sfx], f["session-writes/step"+sfx])
 			}})
 	}
 	return out

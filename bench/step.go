@@ -148,6 +148,8 @@ func benchStep(ctx context.Context, e *env) (map[string]float64, error) {
 		figs["ratio"+sfx] = w.rate / raw.rate
 		figs["p50-ratio"+sfx] = figs["step-p50-ms"+sfx] / figs["raw-step-p50-ms"+sfx]
 		figs["create-bytes"+sfx], figs["state-bytes"+sfx] = float64(w.createBytes), float64(w.stateBytes)
+		figs["writes/step"+sfx] = float64(w.writes) / float64(w.steps)
+		figs["session-writes/step"+sfx] = float64(w.sessionWrites) / float64(w.steps)
 	}
 	return figs, nil
 }
@@ -162,6 +164,10 @@ type stepRun struct {
 	// createBytes and stateBytes are the sizes a step writes: its entries
 	// (on average) and its state.
 	createBytes, stateBytes int
+	// writes are the messages JetStream stored during the steps' rounds,
+	// in every stream, and sessionWrites those in jl_sessions (entries and
+	// states): the raw pair's are two, both in jl_sessions.
+	writes, sessionWrites int
 }
 
 // stepTurns bounds the turns of one measured session: the context of a
@@ -236,6 +242,10 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 		for i := range refs {
 			refs[i], _ = streams.NewSessionRef("bench", fmt.Sprintf("steps-%s-%d-%d", run, round, i))
 		}
+		before, err := e.stored(ctx)
+		if err != nil {
+			return stepRun{}, err
+		}
 		for _, ref := range refs {
 			if _, err := worker.Send(ctx, e.js, e.names, ref, worker.Request{Text: "go"}); err != nil {
 				return stepRun{}, err
@@ -276,6 +286,17 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 			out.stateBytes = max(out.stateBytes, len(b))
 		}
 		span += last.Sub(first)
+		stored, err := e.stored(ctx)
+		if err != nil {
+			return stepRun{}, err
+		}
+		for name, seq := range stored {
+			n := int(seq - before[name])
+			out.writes += n
+			if name == streams.KVStream(e.names.BucketSessions()) {
+				out.sessionWrites += n
+			}
+		}
 		if after != nil && out.steps > 0 {
 			if err := after(stepRun{steps: out.steps - counted, createBytes: entryBytes / out.steps, stateBytes: out.stateBytes}); err != nil {
 				return stepRun{}, err
@@ -288,6 +309,20 @@ func measureStepRounds(ctx context.Context, e *env, sessions, steps int, after f
 	}
 	out.rate = float64(len(out.durations)) / span.Seconds()
 	out.createBytes = entryBytes / out.steps
+	return out, nil
+}
+
+// stored returns the last sequence of every stream, by name: how many
+// messages each has stored.
+func (e *env) stored(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	l := e.js.ListStreams(ctx)
+	for info := range l.Info() {
+		out[info.Config.Name] = info.State.LastSeq
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("bench: list streams: %w", err)
+	}
 	return out, nil
 }
 

@@ -68,3 +68,38 @@ func TestSettledWaitsForAReadBehind(t *testing.T) {
 		t.Fatal("a session never written was read")
 	}
 }
+
+// TestStepWritesPerTurn: what a turn of the step measurement's session
+// (a model call answering with one tool call, then that call) makes
+// JetStream store in jl_sessions beyond what its run stores once: five
+// messages (the answer and its tool call, the state; the result, the
+// state), whatever the number of turns. The raw pair of a step is two.
+// (The writes of other streams, the lease's and the status index's, are
+// made per run, and some of them as the worker starts and stops: the
+// measurement reports them without this exactness.)
+func TestStepWritesPerTurn(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{}
+	cfg.setDefaults()
+	e, err := startEnv(ctx, cfg, t.TempDir(), SyncDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	// One session of 4 turns (8 steps), then one of 8.
+	short, err := measureSteps(ctx, e, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := measureSteps(ctx, e, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.steps != 8 || long.steps != 16 {
+		t.Fatalf("measured %d and %d steps, want 8 and 16", short.steps, long.steps)
+	}
+	const turns = 4
+	if got := long.sessionWrites - short.sessionWrites; got != 5*turns {
+		t.Errorf("jl_sessions writes: %d for 4 turns, %d for 8: %d more, want %d", short.sessionWrites, long.sessionWrites, got, 5*turns)
+	}
+}
