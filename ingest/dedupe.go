@@ -80,7 +80,10 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			if err != nil {
 				return nil, err
 			}
-			outcome, _ := json.Marshal(res)
+			outcome, err := json.Marshal(res)
+			if err != nil {
+				return nil, fmt.Errorf("ingest: encode the result of event %s: %w", e.ID(), err)
+			}
 			var opts []dedupe.RecordOption
 			if d.Digest != "" {
 				opts = append(opts, dedupe.WithDigest(d.Digest))
@@ -93,6 +96,7 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			} else if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
+			res.encoded = outcome
 			return res, nil
 		}
 	}

@@ -42,6 +42,9 @@ type Result struct {
 	// Refused lists the agents whose rules for addressed events refused
 	// it, with why (a delegation over its tree's hop limit, say).
 	Refused []Refusal `json:"refused,omitempty"`
+	// encoded is json.Marshal of the result, when a step made it already
+	// (the dedupe record's outcome): the answer is written from it.
+	encoded []byte
 }
 
 // Refusal is an agent's refusal of an event addressed to it.

@@ -547,5 +547,11 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
+	if r, ok := body.(*Result); ok && r.encoded != nil {
+		// What Encode would write: the same bytes and a newline.
+		_, _ = w.Write(r.encoded)
+		_, _ = w.Write([]byte{'\n'})
+		return
+	}
 	_ = json.NewEncoder(w).Encode(body)
 }
