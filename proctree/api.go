@@ -86,7 +86,14 @@ func (c Config) Validate() error {
 // environment, folder and standard streams. An io.Reader or io.Writer
 // that is not an *os.File is copied by goroutines, as os/exec does; on
 // Linux a Stdin reader that blocks past the tree's end does not keep the
-// tree from ending (its copier stops when the reader returns).
+// tree from ending (its copier stops when the reader returns), and the
+// copiers of Stdout and Stderr are the tree's own: the tree ends (Wait
+// returns) once they have copied what it wrote, and a Start that fails
+// returns once they have too. A process outside the tree that holds
+// the output open holds them a second at most; a Write into Stdout or
+// Stderr that blocks (until its reader reads, after Start returns, say)
+// is given up on after another second, and that Write, still made, is
+// the last.
 type Command struct {
 	// Path is the program; a name without a slash is looked up in PATH.
 	Path string

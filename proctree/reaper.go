@@ -27,6 +27,9 @@ type reaperConfig struct {
 	Cgroup string `json:"cgroup,omitempty"`
 	// Parent is the pid of the process that started it.
 	Parent int `json:"parent"`
+	// StartDelay holds the report of the command's start back (set by
+	// tests only, to make a command that kills its reaper do so first).
+	StartDelay time.Duration `json:"start_delay,omitempty"`
 }
 
 // A binary that links this package can run as a reaper: the process
@@ -102,6 +105,9 @@ func reap(conf string) int {
 	st, err := readStat(child)
 	if err != nil {
 		st.start = 0 // it exited already; it is reaped below
+	}
+	if c.StartDelay > 0 {
+		time.Sleep(c.StartDelay)
 	}
 	report("started %d %d", child, st.start)
 

@@ -82,6 +82,10 @@ func (s *Starter) Orphans() error {
 	return ownerErr()
 }
 
+// startDelay is how long a reaper waits before it reports the start of
+// its command; set by tests only.
+var startDelay time.Duration
+
 // Tree is a running command and everything it starts.
 type Tree struct {
 	s      *Starter
@@ -94,6 +98,11 @@ type Tree struct {
 	// stdin is the writing end of the pipe a Stdin that is not a file
 	// is copied into.
 	stdin *os.File
+	// outputs are the reading ends of the pipes a Stdout or Stderr that
+	// is not a file is copied from; copied is closed once every copier
+	// has ended.
+	outputs []*os.File
+	copied  chan struct{}
 
 	done   chan struct{}
 	status Status
@@ -158,6 +167,24 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		}
 		return failPipe(err)
 	}
+	// A Stdout or Stderr that is not a file is copied from a pipe of the
+	// tree's own, as os/exec would, but by copiers the tree ends: os/exec
+	// waits for its own only in Cmd.Wait, and a Start that fails has no
+	// Wait to make.
+	stdout, stderr, copies, err := t.outputPipes(c.Stdout, c.Stderr)
+	failOut := fail
+	fail = func(err error) (*Tree, error) {
+		for _, cp := range copies {
+			cp.w.Close()
+		}
+		for _, r := range t.outputs {
+			r.Close()
+		}
+		return failOut(err)
+	}
+	if err != nil {
+		return fail(err)
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return fail(fmt.Errorf("proctree: status pipe: %w", err))
@@ -166,20 +193,15 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	conf, _ := json.Marshal(reaperConfig{StatusFD: 3, Cgroup: t.cgroup, Parent: os.Getpid()})
+	conf, _ := json.Marshal(reaperConfig{StatusFD: 3, Cgroup: t.cgroup, Parent: os.Getpid(), StartDelay: startDelay})
 	env = append(withoutMarker(env), MarkerEnv+"="+t.marker, reaperEnv+"="+string(conf))
 	t.reaper = &exec.Cmd{
 		Path: "/proc/self/exe", Args: append([]string{reaperArg0, path}, args...),
-		Env: env, Dir: c.Dir, Stdin: stdin, Stdout: c.Stdout, Stderr: c.Stderr,
+		Env: env, Dir: c.Dir, Stdin: stdin, Stdout: stdout, Stderr: stderr,
 		ExtraFiles: []*os.File{pw},
 		// Its own group, so a terminal's signals reach it only through
 		// the worker; SIGUSR1 when this process dies: kill the tree.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGUSR1},
-		// A reaper killed before it killed the tree (by its own command,
-		// say) leaves processes that may hold the tree's output open:
-		// Wait must not wait for them, or the tree never ends and they
-		// are never killed by cgroup and marker.
-		WaitDelay: time.Second,
 	}
 	err = spawn(t.reaper)
 	pw.Close()
@@ -187,6 +209,7 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		pr.Close()
 		return fail(fmt.Errorf("proctree: start reaper for %s: %w", path, err))
 	}
+	t.startCopies(copies)
 	_ = pr.SetReadDeadline(time.Now().Add(s.cfg.StartTimeout))
 	status := bufio.NewReader(pr)
 	line, rerr := status.ReadString('\n')
@@ -201,10 +224,17 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		waitExited(t.reaper.Process.Pid)
 		_, _ = killOrphans(s.cfg.KillTimeout)
 		_, _ = killMarked(t.marker, s.cfg.KillTimeout)
-		// Not the Cmd's Wait: that would also wait for the copy of what
-		// the command wrote into the caller's writers, which may block
-		// until the caller reads, after Start returns.
-		_, werr := t.reaper.Process.Wait()
+		werr := t.reaper.Wait()
+		// What the command wrote before is copied to the end, unless
+		// something outside the tree holds the output open; a writer
+		// that blocks until its reader reads (after Start returns) is
+		// given up on.
+		if !t.stopCopies() {
+			select {
+			case <-t.copied:
+			case <-time.After(outputDelay):
+			}
+		}
 		pr.Close()
 		msg, _ := strings.CutPrefix(strings.TrimSpace(line), "error ")
 		switch {
@@ -310,9 +340,106 @@ func (t *Tree) watch(pipe *os.File, status *bufio.Reader) {
 			t.s.cfg.Log.Warn("killed processes a tree left behind", "tree", t.label, "processes", n, "err", err)
 		}
 	}
+	// Once nothing of the tree can write any more: what it wrote is
+	// copied to the end (os/exec's Wait waits so for its copiers too).
+	t.stopCopies()
+	<-t.copied
 	if t.record != "" {
 		_ = os.Remove(t.record)
 	}
+}
+
+// outputDelay bounds how long the copy of a tree's output waits for the
+// output's end once the tree is gone: a process outside the tree (one
+// it handed the pipe to) may hold it open for good.
+const outputDelay = time.Second
+
+// outputCopy is a pipe a Stdout or Stderr that is not a file is copied
+// from: w is the reaper's end, r is t.outputs's.
+type outputCopy struct {
+	to   io.Writer
+	r, w *os.File
+}
+
+// outputPipes returns what the reaper is given for stdout and stderr:
+// a file as it is, a pipe for any other writer (one for both where
+// they are the same writer, as os/exec does).
+func (t *Tree) outputPipes(stdout, stderr io.Writer) (io.Writer, io.Writer, []outputCopy, error) {
+	var copies []outputCopy
+	pipe := func(w io.Writer) (io.Writer, error) {
+		if w == nil {
+			return nil, nil
+		}
+		if _, isFile := w.(*os.File); isFile {
+			return w, nil
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("proctree: output pipe: %w", err)
+		}
+		t.outputs = append(t.outputs, r)
+		copies = append(copies, outputCopy{to: w, r: r, w: pw})
+		return pw, nil
+	}
+	out, err := pipe(stdout)
+	if err != nil {
+		return nil, nil, copies, err
+	}
+	if len(copies) == 1 && sameWriter(stdout, stderr) {
+		return out, out, copies, nil
+	}
+	errOut, err := pipe(stderr)
+	return out, errOut, copies, err
+}
+
+// sameWriter reports a == b, false where they cannot be compared.
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// startCopies closes the reaper's ends of the output pipes (it holds its
+// own) and copies each into its writer.
+func (t *Tree) startCopies(copies []outputCopy) {
+	t.copied = make(chan struct{})
+	var wg sync.WaitGroup
+	for _, cp := range copies {
+		cp.w.Close()
+		wg.Go(func() { copyOutput(cp.to, cp.r) })
+	}
+	go func() {
+		wg.Wait()
+		close(t.copied)
+	}()
+}
+
+// copyOutput copies r into w until r ends or is closed.
+func copyOutput(w io.Writer, r *os.File) {
+	_, _ = io.Copy(w, r)
+}
+
+// stopCopies waits, at most outputDelay, for the copy of the tree's
+// output to reach its end (every holder of the pipes gone), then closes
+// the pipes' reading ends: a copier still waiting on a holder outside
+// the tree stops at once, one in a Write to its writer once that Write
+// returns. It reports whether the copiers had ended.
+func (t *Tree) stopCopies() bool {
+	timer := time.NewTimer(outputDelay)
+	defer timer.Stop()
+	ended := true
+	select {
+	case <-t.copied:
+	case <-timer.C:
+		ended = false
+	}
+	for _, r := range t.outputs {
+		r.Close()
+	}
+	return ended
 }
 
 // Pid is the main process's pid.

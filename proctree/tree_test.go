@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -418,6 +420,99 @@ func TestReaperKilledByItsCommand(t *testing.T) {
 			waitGone(t, pids...)
 		})
 	}
+}
+
+// TestStartFailsAfterItsCommandKilledTheReaper makes the command kill
+// its reaper before the reaper reports the start, for sure (the reaper
+// holds its report back), while a process outside the tree holds the
+// command's output open, so the pipe outlives everything of the tree:
+// Start fails, what the command started is gone, and once Start returns
+// nothing copies into the caller's writer any more, which is safe to
+// read and holds what the command wrote.
+func TestStartFailsAfterItsCommandKilledTheReaper(t *testing.T) {
+	defer proctree.SetStartDelay(time.Minute)()
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			s, err := proctree.New(proctree.Config{Cgroups: mode, KillTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			script := `setsid sleep 1000 & echo $! > sleep.pid; echo out; echo $$ > sh.tmp; mv sh.tmp sh.pid
+while [ ! -e ready ]; do sleep 0.01; done; kill -9 $PPID; wait`
+			before := copiers()
+			var out bytes.Buffer
+			type result struct {
+				tree *proctree.Tree
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", script}, Dir: dir, Stdout: &out, Label: "kills its reaper first"})
+				done <- result{tree, err}
+			}()
+			var shPid int
+			natstest.WaitFor(t, 20*time.Second, func() error {
+				b, err := os.ReadFile(filepath.Join(dir, "sh.pid"))
+				if err != nil {
+					return err
+				}
+				shPid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err
+			})
+			holder := exec.Command("sh", "-c", fmt.Sprintf(`exec 3>/proc/%d/fd/1 && touch ready && exec sleep 1000`, shPid))
+			holder.Dir = dir
+			if err := holder.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				_ = holder.Process.Kill()
+				_ = holder.Wait()
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Start did not return after its command killed the reaper")
+			}
+			if r.err == nil {
+				_ = r.tree.Kill()
+				t.Fatal("Start succeeded, though the command killed its reaper before the reaper reported the start")
+			}
+			t.Logf("start: %v", r.err)
+			// At once: under -race, a copier still writing is caught here.
+			if got := out.String(); got != "out\n" {
+				t.Errorf("the caller's writer holds %q, want what the command wrote", got)
+			}
+			if n := copiers(); n > before {
+				t.Errorf("%d goroutines still copying the tree's output after Start returned", n-before)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "sleep.pid"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(pid, syscall.SIGKILL)
+			waitGone(t, pid, shPid)
+		})
+	}
+}
+
+// copiers counts the goroutines that copy a process's output into a
+// writer (os/exec's, or the tree's own).
+func copiers() int {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "os/exec.(*Cmd).writerDescriptor") || strings.Contains(g, "proctree.copyOutput") {
+			n++
+		}
+	}
+	return n
 }
 
 // pidsUntilEOF reads lines ending in a pid from r until it ends: until
