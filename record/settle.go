@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -351,7 +352,43 @@ func (s *Store) Stored(ctx context.Context, ref streams.SessionRef, p Intent) ([
 // attempt created were written after the state its caller loaded, so
 // no revision of that state tells a replica behind them apart from one
 // that holds them. The leader holds every write it acknowledged.
+//
+// Only the leader answers, so while the stream elects one (its leader's
+// server went down, say) no read is answered: the read is made again,
+// with the writes' backoff, for up to storedRetry.
 func (s *Store) entry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
+	delay := writeRetryFirst
+	deadline := time.Now().Add(storedRetry)
+	for {
+		e, ok, err := s.leaderEntry(ctx, ref, id)
+		if err == nil || !leaderless(err) || ctx.Err() != nil {
+			return e, ok, err
+		}
+		if time.Now().After(deadline) {
+			return Entry{}, false, fmt.Errorf("%w (no leader answered for %s)", err, storedRetry)
+		}
+		if err := sleep(ctx, jitter(delay)); err != nil {
+			return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+		}
+		delay = min(2*delay, writeRetryMax)
+	}
+}
+
+// storedRetry bounds how long Stored waits for the stream to have a
+// leader: about two of nats-server's election timeouts (4-9 s).
+var storedRetry = 20 * time.Second
+
+// leaderless reports whether err is what a stream message get meets
+// while the stream has no leader: no answer, or the server's "JetStream
+// system temporarily unavailable".
+func leaderless(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &apiErr) && apiErr.Code == 503
+}
+
+// leaderEntry is one read of entry's.
+func (s *Store) leaderEntry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
 	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 	defer cancel()
 	subject := streams.KVSubject(s.bucket, s.names.LogKey(ref, id))

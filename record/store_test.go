@@ -256,6 +256,62 @@ func TestStored(t *testing.T) {
 	t.Run("R3", func(t *testing.T) { testStored(t, testStoreR3) })
 }
 
+// TestStoredWaitsForALeader reads a stored settlement while the stream
+// has no leader (the server of its leader and another are down, then
+// come back): Stored answers once a leader is elected, rather than
+// failing for the election.
+func TestStoredWaitsForALeader(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	_, js := natstest.Connect(t, c.URLs())
+	s, ref := openTestStore(t, js, streams.Options{Replicas: 3})
+	ctx := context.Background()
+	leftover(t, s, ref, Entry{ID: 20, Kind: KindToolResult, Step: 4, Entries: 1, CallID: "c1", Result: "done", Time: time.Now().UTC()})
+	stream, err := js.Stream(ctx, streams.KVStream(s.bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := stream.CachedInfo().Cluster.Leader
+	kept := -1
+	for i, n := range c.Nodes() {
+		if n.Name() != leader {
+			kept = i
+		}
+	}
+	// The reader is connected to a follower that stays up.
+	_, kjs := natstest.Connect(t, c.Nodes()[kept].ClientURL())
+	ks, err := Open(ctx, kjs, streams.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped []int
+	for i := range c.Nodes() {
+		if i != kept {
+			c.Stop(i)
+			stopped = append(stopped, i)
+		}
+	}
+	type result struct {
+		es  []Entry
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		es, err := ks.Stored(ctx, ref, Intent{Kind: StepTool, Step: 4, Entry: 20, CallID: "c1"})
+		done <- result{es, err}
+	}()
+	for _, i := range stopped {
+		c.Restart(i)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || len(r.es) != 1 || r.es[0].Result != "done" {
+			t.Fatalf("Stored across the election: %+v, %v", r.es, r.err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Stored did not return once the cluster was back")
+	}
+}
+
 func testStored(t *testing.T, open func(*testing.T) (*Store, streams.SessionRef)) {
 	s, ref := open(t)
 	ctx := context.Background()
