@@ -82,6 +82,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ErrReaperKilled is what Start returns (wrapped) when the tree's reaper
+// was killed before it reported the start of its command, by the
+// command itself most likely: the command may have run, and had its
+// effects, although Start fails; nothing of it is left running.
+var ErrReaperKilled = errors.New("the reaper was killed before it reported the start; the command may have run, and nothing of it is left")
+
 // Command is what a tree runs: its main process's program, arguments,
 // environment, folder and standard streams. An io.Reader or io.Writer
 // that is not an *os.File is copied by goroutines, as os/exec does; on

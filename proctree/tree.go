@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jetloop/jetloop/internal/proctreehook"
 )
 
 // Starter starts process trees for one process and, with Sweep, kills
@@ -81,10 +83,6 @@ func (s *Starter) Orphans() error {
 	}
 	return ownerErr()
 }
-
-// startDelay is how long a reaper waits before it reports the start of
-// its command; set by tests only.
-var startDelay time.Duration
 
 // Tree is a running command and everything it starts.
 type Tree struct {
@@ -193,7 +191,7 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	conf, _ := json.Marshal(reaperConfig{StatusFD: 3, Cgroup: t.cgroup, Parent: os.Getpid(), StartDelay: startDelay})
+	conf, _ := json.Marshal(reaperConfig{StatusFD: 3, Cgroup: t.cgroup, Parent: os.Getpid(), StartDelay: proctreehook.StartDelay()})
 	env = append(withoutMarker(env), MarkerEnv+"="+t.marker, reaperEnv+"="+string(conf))
 	t.reaper = &exec.Cmd{
 		Path: "/proc/self/exe", Args: append([]string{reaperArg0, path}, args...),
@@ -240,6 +238,10 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		switch {
 		case msg != "":
 			err = errors.New(msg)
+		case errors.Is(rerr, io.EOF):
+			// Only the reaper writes the pipe, and it says why before
+			// it exits: it was killed, by its command most likely.
+			err = fmt.Errorf("%w (%v)", ErrReaperKilled, werr)
 		case rerr != nil:
 			err = fmt.Errorf("reaper said nothing (%v; %v)", rerr, werr)
 		default:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/internal/proctreehook"
 	"github.com/jetloop/jetloop/proctree"
 )
 
@@ -430,7 +431,7 @@ func TestReaperKilledByItsCommand(t *testing.T) {
 // nothing copies into the caller's writer any more, which is safe to
 // read and holds what the command wrote.
 func TestStartFailsAfterItsCommandKilledTheReaper(t *testing.T) {
-	defer proctree.SetStartDelay(time.Minute)()
+	defer proctreehook.SetStartDelay(time.Minute)()
 	for _, mode := range modes(t) {
 		t.Run(name(mode), func(t *testing.T) {
 			s, err := proctree.New(proctree.Config{Cgroups: mode, KillTimeout: 5 * time.Second})
@@ -479,7 +480,9 @@ while [ ! -e ready ]; do sleep 0.01; done; kill -9 $PPID; wait`
 				_ = r.tree.Kill()
 				t.Fatal("Start succeeded, though the command killed its reaper before the reaper reported the start")
 			}
-			t.Logf("start: %v", r.err)
+			if !errors.Is(r.err, proctree.ErrReaperKilled) {
+				t.Errorf("Start: %v, want ErrReaperKilled: the command ran", r.err)
+			}
 			// At once: under -race, a copier still writing is caught here.
 			if got := out.String(); got != "out\n" {
 				t.Errorf("the caller's writer holds %q, want what the command wrote", got)

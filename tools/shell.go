@@ -97,6 +97,7 @@ type shellRun struct {
 	exitCode int    // -1 when a signal ended it
 	signal   string // the signal that ended it, if any
 	stopped  string // how the runtime stopped it: "" or a note
+	unknown  string // why its status is not known, if it is not
 }
 
 func (r shellRun) result() Result {
@@ -111,7 +112,9 @@ func (r shellRun) result() Result {
 	if r.stopped != "" {
 		fmt.Fprintf(&b, "[%s]\n", r.stopped)
 	}
-	if r.signal != "" {
+	if r.unknown != "" {
+		fmt.Fprintf(&b, "[%s]", r.unknown)
+	} else if r.signal != "" {
 		fmt.Fprintf(&b, "[killed by %s]", r.signal)
 	} else {
 		fmt.Fprintf(&b, "[exit code %d]", r.exitCode)
@@ -154,6 +157,9 @@ func (s *shell) run(ctx context.Context, call Call, command string) (shellRun, e
 		Dir: call.WorkDir, Env: s.env(call), Stdout: pw, Stderr: pw,
 		Label: call.Agent + "/" + call.Session + " " + call.ID})
 	pw.Close() // the tree holds its own copy
+	if errors.Is(err, proctree.ErrReaperKilled) {
+		return s.killedItsReaper(pr, err), nil
+	}
 	if err != nil {
 		return shellRun{}, fmt.Errorf("shell: start %s: %w", s.cfg.Shell, err)
 	}
@@ -199,6 +205,17 @@ func (s *shell) run(ctx context.Context, call Call, command string) (shellRun, e
 		}
 	}
 	return run, nil
+}
+
+// killedItsReaper is the run of a command that killed the process that
+// watched it before its start was reported (proctree.ErrReaperKilled):
+// it ran, or may have, and nothing of it is left; what it wrote is in
+// pr, whose writers are gone with it.
+func (s *shell) killedItsReaper(pr *os.File, err error) shellRun {
+	out := &capped{max: s.cfg.ShellMaxOutput}
+	_ = pr.SetReadDeadline(time.Now().Add(s.cfg.ShellGrace))
+	_, _ = io.Copy(out, pr)
+	return shellRun{out: out, exitCode: -1, unknown: fmt.Sprintf("status unknown: the command may have run: %v", err)}
 }
 
 // capped keeps the first max bytes written to it and counts the rest.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/internal/proctreehook"
 	"github.com/jetloop/jetloop/tools"
 )
 
@@ -72,6 +73,23 @@ func TestShell(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestShellCommandThatKilledItsReaper runs a command that kills the
+// process watching it before that process reported its start: the call
+// is not said to have failed to start, since the command ran; its result
+// says it may have run, is an error, and holds what it wrote.
+func TestShellCommandThatKilledItsReaper(t *testing.T) {
+	defer proctreehook.SetStartDelay(time.Minute)()
+	r := shellRegistry(t, tools.BuiltinConfig{})
+	dir := filepath.Join(t.TempDir(), "work", "sess")
+	res, err := r.Run(t.Context(), "shell", shellCall(t, dir, "echo ran; kill -9 $PPID"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.HasPrefix(res.Content, "ran\n") || !strings.Contains(res.Content, "may have run") {
+		t.Fatalf("result %+v: want an error that holds the output and says the command may have run", res)
 	}
 }
 
