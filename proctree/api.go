@@ -90,16 +90,8 @@ var ErrReaperKilled = errors.New("the reaper was killed before it reported the s
 
 // Command is what a tree runs: its main process's program, arguments,
 // environment, folder and standard streams. An io.Reader or io.Writer
-// that is not an *os.File is copied by goroutines, as os/exec does; on
-// Linux a Stdin reader that blocks past the tree's end does not keep the
-// tree from ending (its copier stops when the reader returns), and the
-// copiers of Stdout and Stderr are the tree's own: the tree ends (Wait
-// returns) once they have copied what it wrote, and a Start that fails
-// returns once they have too. A process outside the tree that holds
-// the output open holds them a second at most; a Write into Stdout or
-// Stderr that blocks (until its reader reads, after Start returns, say)
-// is given up on after another second, and that Write, still made, is
-// the last.
+// that is not an *os.File is copied by goroutines, as os/exec does (on
+// Linux, by goroutines of the tree's own, see Stdin and Stdout).
 type Command struct {
 	// Path is the program; a name without a slash is looked up in PATH.
 	Path string
@@ -108,8 +100,20 @@ type Command struct {
 	// Env is the environment; nil is this process's.
 	Env []string
 	// Dir is the working folder; empty is this process's.
-	Dir    string
-	Stdin  io.Reader
+	Dir string
+	// Stdin, if it is not an *os.File, is read until it ends. On Linux a
+	// read that blocks past the tree's end does not keep the tree from
+	// ending; it is still made, after Wait, and what it returns is
+	// dropped: pass a reader nothing else reads from.
+	Stdin io.Reader
+	// Stdout and Stderr, if they are not *os.File, are written until the
+	// tree's output ends (one pipe for both if they are the same). On
+	// Linux the tree ends (Wait returns) once they are written no more,
+	// and a Start that fails returns once they are written no more too: a
+	// process outside the tree that holds the output open is waited for
+	// a second at most, and a Write that blocks (until its reader reads,
+	// after Start returns, say) another second, after which that Write,
+	// still made, is the last.
 	Stdout io.Writer
 	Stderr io.Writer
 	// Label names the tree in records and logs (agent, session, call).
