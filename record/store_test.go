@@ -505,8 +505,21 @@ func testReplaceRacesSuccessorsAdoption(t *testing.T, open func(*testing.T) (*St
 // Stored reads the leader's version all the same. A writer that settles
 // the earlier bytes must have its state name what it wrote, so its write
 // of the entry is made although its read found the id taken by the same
-// bytes.
+// bytes. A writer that settles what Stored returned (the recovery's
+// adoption) has its state name that, though its own reads of the id are
+// stale.
 func TestAdoptionReadBehindTheLeader(t *testing.T) {
+	t.Run("settles the earlier bytes", func(t *testing.T) {
+		adoptionBehind(t, func(older, _ Entry) Entry { return older })
+	})
+	t.Run("adopts what Stored returned", func(t *testing.T) {
+		adoptionBehind(t, func(_, stored Entry) Entry { return stored })
+	})
+}
+
+// adoptionBehind is TestAdoptionReadBehindTheLeader settling what pick
+// takes of the earlier bytes and of what Stored returned.
+func adoptionBehind(t *testing.T, pick func(older, stored Entry) Entry) {
 	s, ref := testStore(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -558,15 +571,16 @@ func TestAdoptionReadBehindTheLeader(t *testing.T) {
 	}
 	next := cur.Clone()
 	next.Pending, next.Calls, next.Steps, next.NextEntry = nil, nil, 1, 2
-	if _, err := successor.Settle(ctx, ref, []Entry{older}, next, crev); err != nil {
+	settled := pick(older, stored[0])
+	if _, err := successor.Settle(ctx, ref, []Entry{settled}, next, crev); err != nil {
 		t.Fatal(err)
 	}
 	e, ok, err := s.entry(ctx, ref, 1)
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if e.Result != "older" {
-		t.Errorf("the state names entry 1 = %q, not the %q its settlement wrote", e.Result, "older")
+	if e.Result != settled.Result {
+		t.Errorf("the state names entry 1 = %q, not the %q its settlement wrote", e.Result, settled.Result)
 	}
 }
 
