@@ -385,7 +385,7 @@ func (s *session) settleDelegated(ctx context.Context, call record.CallRef, step
 	if err := s.commit(ctx, []record.Entry{e}, next); err != nil {
 		return err
 	}
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), "delegated")...).Inc()
+	s.countStep(string(record.StepTool), "delegated")
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: step, Tool: call.Name, CallID: call.ID})
 	return nil
 }

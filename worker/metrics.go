@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -209,6 +210,7 @@ func (m *Metrics) version(agent string, v uint64) string {
 		for old := range m.labelled[agent] {
 			if old+versionWindow <= v {
 				delete(m.labelled[agent], old)
+				removals.Add(1)
 				l := prometheus.Labels{"agent": agent, "version": strconv.FormatUint(old, 10)}
 				m.runs.DeletePartialMatch(l)
 				m.steps.DeletePartialMatch(l)
@@ -226,4 +228,57 @@ func (m *Metrics) version(agent string, v uint64) string {
 	}
 	m.labelled[agent][v] = true
 	return strconv.FormatUint(v, 10)
+}
+
+// removals counts the removals of a version's series by any Metrics of
+// the process (workers may share collectors, see Register): a series
+// looked up before one may have been taken out of its vector.
+var removals atomic.Uint64
+
+// stepSeries are the step metrics' series of a session's agent at one
+// definition version, looked up once each and kept while no version's
+// series is removed: a step counts without hashing its labels again.
+type stepSeries struct {
+	version uint64
+	epoch   uint64
+	label   string
+	seconds map[string]prometheus.Observer
+	counts  map[[2]string]prometheus.Counter
+}
+
+// series returns the session's step series at its definition version.
+func (s *session) series() *stepSeries {
+	v, e := s.st.DefinitionVersion, removals.Load()
+	c := s.stepSeries
+	if c == nil || c.version != v || c.epoch != e {
+		c = &stepSeries{version: v, epoch: e, label: s.w.m.version(s.r.ref.Agent, v),
+			seconds: map[string]prometheus.Observer{}, counts: map[[2]string]prometheus.Counter{}}
+		s.stepSeries = c
+	}
+	return c
+}
+
+// observeStep records how long a step of kind took from its intent
+// (jetloop_worker_step_seconds).
+func (s *session) observeStep(kind string, seconds float64) {
+	c := s.series()
+	o := c.seconds[kind]
+	if o == nil {
+		o = s.w.m.stepSeconds.WithLabelValues(s.r.ref.Agent, c.label, kind)
+		c.seconds[kind] = o
+	}
+	o.Observe(seconds)
+}
+
+// countStep counts a settled step of kind by outcome
+// (jetloop_worker_steps_total).
+func (s *session) countStep(kind, outcome string) {
+	c := s.series()
+	k := [2]string{kind, outcome}
+	n := c.counts[k]
+	if n == nil {
+		n = s.w.m.steps.WithLabelValues(s.r.ref.Agent, c.label, kind, outcome)
+		c.counts[k] = n
+	}
+	n.Inc()
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // The version label keeps each agent's newest versionWindow versions and
@@ -63,5 +64,57 @@ func TestRunOutcome(t *testing.T) {
 		if got, ok := runOutcome(st); got != tt.want || ok != tt.counted {
 			t.Errorf("%s with %d tool errors: %q %v, want %q %v", tt.status, tt.toolErr, got, ok, tt.want, tt.counted)
 		}
+	}
+}
+
+// A session's step series are looked up once and kept, until a version's
+// series are removed: a step after the removal counts in the series its
+// version has then ("older" here), not in the one taken out.
+func TestStepSeriesFollowRemovals(t *testing.T) {
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := streams.NewSessionRef("a", "s")
+	s := &session{w: &Worker{m: m}, r: &runner{ref: ref}}
+	s.st.DefinitionVersion = 1
+	s.countStep("model", "ok")
+	s.countStep("model", "ok")
+	s.observeStep("model", 0.5)
+	counts := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				key := mf.GetName()
+				for _, l := range s.GetLabel() {
+					key += " " + l.GetName() + "=" + l.GetValue()
+				}
+				if c := s.GetCounter(); c != nil {
+					out[key] = c.GetValue()
+				}
+				if h := s.GetHistogram(); h != nil {
+					out[key] = float64(h.GetSampleCount())
+				}
+			}
+		}
+		return out
+	}
+	const v1 = "jetloop_worker_steps_total agent=a kind=model outcome=ok version=1"
+	const older = "jetloop_worker_steps_total agent=a kind=model outcome=ok version=older"
+	if got := counts(); got[v1] != 2 || got["jetloop_worker_step_seconds agent=a kind=model version=1"] != 1 {
+		t.Fatalf("series %v, want 2 model steps and 1 duration at version 1", got)
+	}
+	// A newer version takes version 1 out of the window, and its series
+	// out of the vectors.
+	m.version("a", 1+versionWindow)
+	s.countStep("model", "ok")
+	if got := counts(); got[older] != 1 || got[v1] != 0 {
+		t.Fatalf("series %v, want the step after the removal counted as older", got)
 	}
 }

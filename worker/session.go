@@ -52,6 +52,8 @@ type session struct {
 	// (see spans.go); steps is its steps' tracer once looked up.
 	span  trace.Span
 	steps trace.Tracer
+	// stepSeries are the step metrics' series (see series).
+	stepSeries *stepSeries
 }
 
 // claim takes the session over: it writes the state (creating it for a

@@ -103,7 +103,7 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: recovery, Compact: true})
-	s.w.m.stepSeconds.WithLabelValues(s.labels("compact")...).Observe(time.Since(in.Started).Seconds())
+	s.observeStep("compact", time.Since(in.Started).Seconds())
 	if deadline {
 		_, reason := budget(s.st, record.StepModel, time.Now())
 		if reason == "" {
@@ -115,7 +115,7 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	}
 	if err != nil {
 		log.Warn("compaction failed", "err", err)
-		s.w.m.steps.WithLabelValues(s.labels("compact", "error")...).Inc()
+		s.countStep("compact", "error")
 		return s.failStep(ctx, "compaction failed: "+err.Error())
 	}
 	next := s.st.Clone()
@@ -126,7 +126,7 @@ func (s *session) callCompact(ctx context.Context, in record.Intent, recovery bo
 	if err := s.commit(ctx, []record.Entry{sum}, next); err != nil {
 		return err
 	}
-	s.w.m.steps.WithLabelValues(s.labels("compact", "ok")...).Inc()
+	s.countStep("compact", "ok")
 	s.w.m.compactions.Inc()
 	log.Info("context compacted", "summary", sum.ID, "covers_from", plan.HeadEnd, "covers_to", plan.Keep-1,
 		"input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens)
@@ -166,7 +166,7 @@ func (s *session) adoptSummary(ctx context.Context, p record.Intent, sum record.
 		// Added when the summary came, unless the worker died first.
 		s.addSpend(ctx, p.Step, sum.Attempt, sum.Usage.CostUSD)
 	}
-	s.w.m.steps.WithLabelValues(s.labels("compact", "adopted")...).Inc()
+	s.countStep("compact", "adopted")
 	s.log.Info("compaction settled with the summary stored before the interruption", "step", p.Step, "summary", sum.ID)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: p.Step, Recovery: true, Compact: true})
 	return nil

@@ -129,7 +129,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 		return abort
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
-	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepModel))...).Observe(time.Since(in.Started).Seconds())
+	s.observeStep(string(record.StepModel), time.Since(in.Started).Seconds())
 	if deadline && s.st.TickExpired(time.Now()) {
 		if _, reason := budget(s.st, record.StepModel, time.Now()); reason == "" {
 			next := s.st.Clone()
@@ -152,7 +152,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	}
 	if err != nil {
 		s.log.Warn("model call failed", "turn", in.Turn, "step", in.Step, "err", err)
-		s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "error")...).Inc()
+		s.countStep(string(record.StepModel), "error")
 		return s.failStep(ctx, "model call failed: "+err.Error())
 	}
 
@@ -191,7 +191,7 @@ func (s *session) callModel(ctx context.Context, in record.Intent, recovery bool
 	s.merged(merged)
 	// The tree above learns what this step cost.
 	s.report(ctx)
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "ok")...).Inc()
+	s.countStep(string(record.StepModel), "ok")
 	s.log.Info("model step settled", "turn", in.Turn, "step", in.Step, "tool_calls", len(next.Calls), "input_tokens", resp.Usage.InputTokens, "output_tokens", resp.Usage.OutputTokens, "estimated_tokens", win.Tokens, "masked", win.Masked, "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: in.Step, Recovery: recovery})
 	return nil
@@ -240,7 +240,7 @@ func (s *session) adoptModel(ctx context.Context, p record.Intent, stored []reco
 		s.addSpend(ctx, p.Step, stored[0].Attempt, u.CostUSD)
 	}
 	s.report(ctx)
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepModel), "adopted")...).Inc()
+	s.countStep(string(record.StepModel), "adopted")
 	s.log.Info("model step settled with the answer stored before the interruption", "step", p.Step, "tool_calls", len(next.Calls), "status", next.Status)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepModel, Step: p.Step, Recovery: true})
 	return nil

@@ -278,7 +278,7 @@ func (s *session) callTool(ctx context.Context, call record.CallRef, in record.I
 		return s.delegate(ctx, call, in, *res.delegate, recovery)
 	}
 	s.trace(ctx, TracePoint{Phase: PhaseSettle, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID, Recovery: recovery})
-	s.w.m.stepSeconds.WithLabelValues(s.labels(string(record.StepTool))...).Observe(time.Since(in.Started).Seconds())
+	s.observeStep(string(record.StepTool), time.Since(in.Started).Seconds())
 	if res.isErr {
 		span.SetStatus(codes.Error, "the tool answered an error")
 		span.SetAttributes(semconv.ErrorTypeKey.String("tool_error"))
@@ -346,7 +346,7 @@ func (s *session) settleResult(ctx context.Context, call record.CallRef, in reco
 	if text == interruptedText {
 		outcome = "synthetic"
 	}
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), outcome)...).Inc()
+	s.countStep(string(record.StepTool), outcome)
 	s.log.Info("tool step settled", "turn", next.Turns, "step", in.Step, "tool", call.Name, "call", call.ID, "is_error", isErr)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: in.Step, Tool: call.Name, CallID: call.ID})
 	return nil
@@ -372,7 +372,7 @@ func (s *session) adoptTool(ctx context.Context, p record.Intent, e record.Entry
 		return err
 	}
 	s.merged(merged)
-	s.w.m.steps.WithLabelValues(s.labels(string(record.StepTool), "adopted")...).Inc()
+	s.countStep(string(record.StepTool), "adopted")
 	s.log.Info("tool step settled with the result stored before the interruption", "step", p.Step, "tool", e.Name, "call", e.CallID, "is_error", e.IsError)
 	s.trace(ctx, TracePoint{Phase: PhaseSettled, Kind: record.StepTool, Step: p.Step, Tool: e.Name, CallID: e.CallID, Recovery: true})
 	return nil
