@@ -11,7 +11,8 @@
 //     what the best possible implementation needs for as many (per step
 //     one KV create of the size of the step's entries and one
 //     compare-and-set of the size of its state), p50 and p99 beside
-//     steps/s;
+//     steps/s, and the messages JetStream stored a step (in every stream,
+//     and in jl_sessions) beside the raw pair's two;
 //   - step-r3: the same on a three-node cluster, streams replicated three
 //     times;
 //   - control: publish to effect of a steer (seen by the next model call)
