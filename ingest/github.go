@@ -161,7 +161,9 @@ func validGitHubName(s string) bool {
 // source the repository (or organisation) URL, subject what the event is
 // about (pull/12, issues/7, a ref, check_run/…), data the body as sent.
 // It returns isPing for GitHub's ping, which is answered and not
-// published.
+// published. A delivery whose source or subject could not be published
+// (a repository name that is no URI path, a ref with a control
+// character) is ErrBadRequest.
 //
 // The body is decoded once, here, as rules read it (policies.ParseJSON):
 // data is what admission's rules see of it.
@@ -219,6 +221,12 @@ func githubEvent(h http.Header, body []byte, now time.Time, paths *policies.Data
 	}
 	if s := githubSubject(name, p); s != "" {
 		e.SetSubject(s)
+	}
+	// The source and subject come from the body: a repository, login or
+	// ref that makes no URI or header value is the sender's to correct
+	// (400), not a publish that fails on every retry (503).
+	if err := events.CheckMsg("ingest.check", e); err != nil {
+		return e, nil, false, fmt.Errorf("%w: %s delivery %s: %w", ErrBadRequest, name, delivery, err)
 	}
 	if err := e.SetData(event.ApplicationJSON, body); err != nil {
 		return e, nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)

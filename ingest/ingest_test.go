@@ -292,6 +292,9 @@ func TestGitHubRefusals(t *testing.T) {
 	h := start(t, time.Minute)
 	body := fixture(t, "pull_request/opened.payload.json")
 	bad := []byte(`{"action": "opened", "pull_request": `)
+	// A repository name that makes no source URI: the sender's mistake,
+	// answered 400 every time, not a publish that fails on every retry.
+	noURI := bytes.ReplaceAll(body, []byte(`"Codertocat/Hello-World"`), []byte(`"%zz/Hello-World"`))
 	tests := []struct {
 		name   string
 		header map[string]string
@@ -305,6 +308,7 @@ func TestGitHubRefusals(t *testing.T) {
 		{name: "missing event", header: githubHeaders("", "d1", body), body: body, status: 400},
 		{name: "broken JSON", header: githubHeaders("pull_request", "d1", bad), body: bad, status: 400},
 		{name: "JSON array", header: githubHeaders("pull_request", "d1", []byte(`[1]`)), body: []byte(`[1]`), status: 400},
+		{name: "repository name no URI", header: githubHeaders("pull_request", "d1", noURI), body: noURI, status: 400},
 		{name: "ping", header: githubHeaders("ping", "d2", fixture(t, "ping/payload.json")), body: fixture(t, "ping/payload.json"), status: 200},
 	}
 	for _, tt := range tests {
