@@ -94,12 +94,15 @@ type Entry struct {
 // callers check it), written directly: Marshal would check the outcome
 // again, and this is once per event.
 func (e Entry) encode() ([]byte, error) {
-	if y := e.At.Year(); y < 0 || y > 9999 {
-		return nil, fmt.Errorf("time %s is outside the years 0 to 9999", e.At)
-	}
 	b := make([]byte, 0, 64+len(e.Outcome)+len(e.Digest))
 	b = append(b, `{"at":"`...)
-	b = e.At.AppendFormat(b, time.RFC3339Nano)
+	// What Time.MarshalJSON writes, and refuses: a year outside 0 to
+	// 9999, a zone offset of a day or more (which Unmarshal refuses to
+	// read back).
+	b, err := e.At.AppendText(b)
+	if err != nil {
+		return nil, fmt.Errorf("time %s: %w", e.At.String(), err)
+	}
 	b = append(b, '"')
 	if len(e.Outcome) > 0 {
 		b = append(b, `,"outcome":`...)
