@@ -54,7 +54,8 @@ type Config struct {
 	// Default 10 s.
 	KillTimeout time.Duration
 	// StartTimeout bounds how long Start waits for the reaper to start
-	// the command. Default 10 s.
+	// the command; past it the reaper is killed and Start fails with
+	// ErrReaperKilled (the command may have started). Default 10 s.
 	StartTimeout time.Duration
 	Log          *slog.Logger
 }
@@ -83,9 +84,10 @@ func (c Config) Validate() error {
 }
 
 // ErrReaperKilled is what Start returns (wrapped) when the tree's reaper
-// was killed before it reported the start of its command, by the
-// command itself most likely: the command may have run, and had its
-// effects, although Start fails; nothing of it is left running.
+// was killed before it reported the start of its command: by the
+// command itself most likely, or by Start when the report did not come
+// within StartTimeout. The command may have run, and had its effects,
+// although Start fails; nothing of it is left running.
 var ErrReaperKilled = errors.New("the reaper was killed before it reported the start; the command may have run, and nothing of it is left")
 
 // Command is what a tree runs: its main process's program, arguments,

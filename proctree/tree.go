@@ -242,6 +242,10 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 			// Only the reaper writes the pipe, and it says why before
 			// it exits: it was killed, by its command most likely.
 			err = fmt.Errorf("%w (%v)", ErrReaperKilled, werr)
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			// Killed above, silent for StartTimeout: its command may have
+			// started and run that long.
+			err = fmt.Errorf("%w (no report within %s; %v)", ErrReaperKilled, s.cfg.StartTimeout, werr)
 		case rerr != nil:
 			err = fmt.Errorf("reaper said nothing (%v; %v)", rerr, werr)
 		default:

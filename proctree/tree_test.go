@@ -504,6 +504,42 @@ while [ ! -e ready ]; do sleep 0.01; done; kill -9 $PPID; wait`
 	}
 }
 
+// TestStartTimesOutOnACommandThatRuns holds the reaper's report of the
+// start past StartTimeout while its command runs: Start kills the
+// reaper and fails, and says that the command may have run (it did),
+// not that it could not start; nothing of it is left.
+func TestStartTimesOutOnACommandThatRuns(t *testing.T) {
+	defer proctreehook.SetStartDelay(time.Minute)()
+	for _, mode := range modes(t) {
+		t.Run(name(mode), func(t *testing.T) {
+			s, err := proctree.New(proctree.Config{Cgroups: mode, StartTimeout: 3 * time.Second, KillTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			script := `setsid sleep 1000 & echo $! > sleep.tmp; mv sleep.tmp sleep.pid; wait`
+			tree, err := s.Start(proctree.Command{Path: "sh", Args: []string{"sh", "-c", script}, Dir: dir, Label: "runs past the start timeout"})
+			if err == nil {
+				_ = tree.Kill()
+				t.Fatal("Start succeeded, though the reaper did not report the start within StartTimeout")
+			}
+			b, rerr := os.ReadFile(filepath.Join(dir, "sleep.pid"))
+			if rerr != nil {
+				t.Fatalf("the command did not run within StartTimeout (%v): Start: %v", rerr, err)
+			}
+			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			defer syscall.Kill(pid, syscall.SIGKILL)
+			if !errors.Is(err, proctree.ErrReaperKilled) {
+				t.Errorf("Start: %v, want ErrReaperKilled: the command ran", err)
+			}
+			waitGone(t, pid)
+		})
+	}
+}
+
 // copiers counts the goroutines that copy a process's output into a
 // writer (os/exec's, or the tree's own).
 func copiers() int {

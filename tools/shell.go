@@ -207,10 +207,11 @@ func (s *shell) run(ctx context.Context, call Call, command string) (shellRun, e
 	return run, nil
 }
 
-// killedItsReaper is the run of a command that killed the process that
-// watched it before its start was reported (proctree.ErrReaperKilled):
-// it ran, or may have, and nothing of it is left; what it wrote is in
-// pr, whose writers are gone with it.
+// killedItsReaper is the run of a command whose watching process was
+// killed before its start was reported, by the command or when the
+// report was late (proctree.ErrReaperKilled): it ran, or may have, and
+// nothing of it is left; what it wrote is in pr, whose writers are gone
+// with it.
 func (s *shell) killedItsReaper(pr *os.File, err error) shellRun {
 	out := &capped{max: s.cfg.ShellMaxOutput}
 	_ = pr.SetReadDeadline(time.Now().Add(s.cfg.ShellGrace))
