@@ -141,7 +141,6 @@ var spansCatchUp = entriesCatchUp
 // rev of the state is read again.
 func (s *Store) readChunk(ctx context.Context, ref streams.SessionRef, ids []uint64, rev uint64) ([]Entry, error) {
 	out := make([]Entry, len(ids))
-	answered := make([]bool, len(ids))
 	pending := make([]int, len(ids))
 	for i := range pending {
 		pending[i] = i
@@ -179,7 +178,7 @@ func (s *Store) readChunk(ctx context.Context, ref streams.SessionRef, ids []uin
 		left := pending[:0]
 		for j, i := range pending {
 			if b.answered[j] {
-				out[i], answered[i] = b.entries[j], true
+				out[i] = b.entries[j]
 			} else {
 				left = append(left, i)
 			}
