@@ -209,24 +209,25 @@ func githubEvent(h http.Header, body []byte, now time.Time, paths *policies.Data
 	e.SetID(delivery)
 	e.SetType(events.GitHubType(name, p.Action))
 	e.SetTime(now.UTC())
+	source := "https://github.com"
 	switch {
 	case p.Repository != "":
-		e.SetSource("https://github.com/" + p.Repository)
+		source += "/" + p.Repository
 	case p.Organization != "":
-		e.SetSource("https://github.com/" + p.Organization)
+		source += "/" + p.Organization
 	case p.Installation != nil:
-		e.SetSource("https://github.com/apps/installations/" + strconv.FormatInt(*p.Installation, 10))
-	default:
-		e.SetSource("https://github.com")
+		source += "/apps/installations/" + strconv.FormatInt(*p.Installation, 10)
 	}
-	if s := githubSubject(name, p); s != "" {
-		e.SetSubject(s)
+	e.SetSource(source)
+	subject := githubSubject(name, p)
+	if subject != "" {
+		e.SetSubject(subject)
 	}
 	// The source and subject come from the body: a repository, login or
 	// ref that makes no URI or header value is the sender's to correct
 	// (400), not a publish that fails on every retry (503).
 	if err := events.CheckMsg("ingest.check", e); err != nil {
-		return e, nil, false, fmt.Errorf("%w: %s delivery %s: %w", ErrBadRequest, name, delivery, err)
+		return e, nil, false, fmt.Errorf("%w: %s delivery %s, source %.200q, subject %.200q: %w", ErrBadRequest, name, delivery, source, subject, err)
 	}
 	if err := e.SetData(event.ApplicationJSON, body); err != nil {
 		return e, nil, false, fmt.Errorf("%w: %w", ErrBadRequest, err)

@@ -317,6 +317,9 @@ func TestGitHubRefusals(t *testing.T) {
 			if r.status != tt.status {
 				t.Fatalf("status %d, want %d: %s", r.status, tt.status, r.raw)
 			}
+			if tt.name == "repository name no URI" && !strings.Contains(r.raw, `%zz/Hello-World`) {
+				t.Fatalf("the answer does not name the source it could not make: %s", r.raw)
+			}
 		})
 	}
 	big := bytes.Repeat([]byte(" "), ingest.MaxGitHubBody+1)
