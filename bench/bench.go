@@ -32,7 +32,10 @@ const (
 // Measurements, by name.
 const (
 	Ingest = "ingest"
-	Step   = "step"
+	// IngestR3 is Ingest on a three-node cluster, every stream and
+	// bucket replicated three times.
+	IngestR3 = "ingest-r3"
+	Step     = "step"
 	// StepR3 is Step on a three-node cluster, every stream and bucket
 	// replicated three times.
 	StepR3   = "step-r3"
@@ -42,7 +45,12 @@ const (
 )
 
 // All lists every measurement, in the order they run.
-func All() []string { return []string{Ingest, Step, StepR3, Control, Recovery, Idle, Age, Window} }
+func All() []string {
+	return []string{Ingest, IngestR3, Step, StepR3, Control, Recovery, Idle, Age, Window}
+}
+
+// clustered are the measurements that run on a three-node cluster.
+var clustered = []string{IngestR3, StepR3}
 
 // Defaults of Config.
 const (
@@ -196,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	rep := Report{Config: cfg}
 	fns := map[string]func(context.Context, *env) (map[string]float64, error){
-		Ingest: benchIngest, Step: benchStep, StepR3: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
+		Ingest: benchIngest, IngestR3: benchIngest, Step: benchStep, StepR3: benchStep, Control: benchControl, Recovery: benchRecovery, Idle: benchIdle,
 		Age: benchAge, Window: benchWindow,
 	}
 	for _, name := range All() {
@@ -213,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			figs, err := func() (map[string]float64, error) {
 				dir := filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d", name, len(rep.Results)))
 				start := startEnv
-				if name == StepR3 {
+				if slices.Contains(clustered, name) {
 					start = startCluster
 				}
 				e, err := start(ctx, cfg, dir, sync)
@@ -252,7 +260,7 @@ type env struct {
 	others []*natsd.Server
 }
 
-// clusterSize is the nodes (and replicas) of StepR3's cluster.
+// clusterSize is the nodes (and replicas) of the clustered measurements.
 const clusterSize = 3
 
 // startCluster starts a three-node cluster on loopback, its JetStream
@@ -282,13 +290,18 @@ func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, erro
 	}
 	e.srv, e.others = nodes[0], nodes[1:]
 	// A new cluster elects its meta leader within seconds; every node
-	// must be current with it before the streams are made.
+	// must be current with it, and the leader must have every node's
+	// JetStream statistics (before those arrive it refuses a replicated
+	// stream: no suitable peers for placement), before the streams are
+	// made.
 	ready := func() bool {
 		leader := false
 		for _, n := range nodes {
-			leader = leader || n.Server().JetStreamIsLeader()
 			if !n.JetStreamReady() {
 				return false
+			}
+			if n.Server().JetStreamIsLeader() {
+				leader = len(n.Server().JetStreamClusterPeers()) >= clusterSize
 			}
 		}
 		return leader

@@ -6,6 +6,8 @@
 //     (a jl_dedupe create and a publish of the same size), at the same
 //     concurrency, with the process's CPU and the JetStream messages
 //     each way takes;
+//   - ingest-r3: the same on a three-node cluster, streams replicated
+//     three times;
 //   - step: durable steps (a scripted model calling a no-op, replay-safe
 //     tool) of one session and of eight at once on one worker, against
 //     what the best possible implementation needs for as many (per step
@@ -22,11 +24,12 @@
 //     to the session done on a standby worker process;
 //   - idle: the heap a worker holds for 10,000 sessions at rest.
 //
-// Each runs against an embedded single-node server (step-r3: a cluster of
-// three) in a temporary folder, once per JetStream sync_interval asked for
-// (the server's default of two minutes, and "always", which fsyncs every
-// write before acknowledging it). Figures are ratios and percentiles of one run on one machine: they
-// compare, they do not promise.
+// Each runs against an embedded single-node server (ingest-r3 and
+// step-r3: a cluster of three on loopback) in a temporary folder, once
+// per JetStream sync_interval asked for (the server's default of two
+// minutes, and "always", which fsyncs every write before acknowledging
+// it). Figures are ratios and percentiles of one run on one machine:
+// they compare, they do not promise.
 //
 // The package owns the measurements and their report; the command line
 // that runs them is cli's. It does not assert anything: tests do that.

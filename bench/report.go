@@ -17,15 +17,7 @@ type row struct {
 	render func(f map[string]float64) string
 }
 
-var rows = slices.Concat([]row{
-	{Ingest, "ingest: webhooks/s, raw JetStream ops/s", func(f map[string]float64) string {
-		return fmt.Sprintf("%.0f vs %.0f", f["events/s"], f["raw-events/s"])
-	}},
-	{Ingest, "ingest: ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
-	{Ingest, "ingest: CPU and JetStream messages a webhook, vs raw", func(f map[string]float64) string {
-		return fmt.Sprintf("%.0f µs, %.1f vs %.0f µs, %.1f", f["cpu-us/event"], f["js-msgs/event"], f["raw-cpu-us/op"], f["raw-js-msgs/op"])
-	}},
-}, stepRows(Step, "step"), stepRows(StepR3, "step R3"), []row{
+var rows = slices.Concat(ingestRows(Ingest, "ingest"), ingestRows(IngestR3, "ingest R3"), stepRows(Step, "step"), stepRows(StepR3, "step R3"), []row{
 	{Control, "control: raw publish→consume p50 / p99", func(f map[string]float64) string {
 		return fmt.Sprintf("%s / %s", ms(f["raw-p50-ms"]), ms(f["raw-p99-ms"]))
 	}},
@@ -63,6 +55,19 @@ var rows = slices.Concat([]row{
 		return fmt.Sprintf("%.0f / %.0f (+%.0f a tick)", f["without-first-tokens"], f["without-last-tokens"], f["without-tokens/tick"])
 	}},
 })
+
+// ingestRows are the rows of an ingest measurement (Ingest or IngestR3).
+func ingestRows(name, label string) []row {
+	return []row{
+		{name, label + ": webhooks/s, raw JetStream ops/s", func(f map[string]float64) string {
+			return fmt.Sprintf("%.0f vs %.0f", f["events/s"], f["raw-events/s"])
+		}},
+		{name, label + ": ratio to raw", func(f map[string]float64) string { return fmt.Sprintf("%.2f", f["ratio"]) }},
+		{name, label + ": CPU and JetStream messages a webhook, vs raw", func(f map[string]float64) string {
+			return fmt.Sprintf("%.0f µs, %.1f vs %.0f µs, %.1f", f["cpu-us/event"], f["js-msgs/event"], f["raw-cpu-us/op"], f["raw-js-msgs/op"])
+		}},
+	}
+}
 
 // stepRows are the rows of a step measurement (Step or StepR3), for one
 // and for eight sessions.
@@ -143,7 +148,7 @@ func (r Report) Write(w io.Writer) error {
 		return err
 	}
 	c := r.Config
-	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time; raw: a jl_dedupe create and a publish each.\n", c.Events, sizeOf(r), c.Concurrency)
+	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time; raw: a jl_dedupe create and a publish each; ingest R3: the same on a three-node cluster, replicas 3.\n", c.Events, sizeOf(r), c.Concurrency)
 	fmt.Fprintf(w, "step: %d steps of one session, then of %d at once on one worker (scripted model, no-op replay-safe tool); raw: per step a KV create of %s and a compare-and-set of %s, what the best possible implementation needs; step R3: the same on a three-node cluster, replicas 3.\n",
 		c.Steps, StepSessions[len(StepSessions)-1], bytesOf(r, "create-bytes"), bytesOf(r, "state-bytes"))
 	fmt.Fprintf(w, "control: %d of each, publish waiting for the JL_CTL ack; raw: delivery to an ordered consumer.\n", c.Control)

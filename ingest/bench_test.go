@@ -6,15 +6,23 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jetloop/jetloop/ingest"
-	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/logtest"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/policies"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // BenchmarkIngestVsRaw measures, in one run, signed GitHub webhooks
@@ -22,18 +30,93 @@ import (
 // operations each one needs at least (a jl_dedupe create and a publish of
 // the same size), at the same concurrency, in alternating rounds, and
 // reports the ratio, under
-// the server's default sync interval and with every write fsynced.
+// the server's default sync interval and with every write fsynced, on one
+// node and on a three-node cluster whose streams and buckets are
+// replicated three times (R3/...).
 func BenchmarkIngestVsRaw(b *testing.B) {
-	for _, syncing := range []string{"2m", "always"} {
-		b.Run("sync="+syncing, func(b *testing.B) { benchIngestVsRaw(b, syncing) })
+	for _, cluster := range []bool{false, true} {
+		for _, syncing := range []string{"2m", "always"} {
+			name := "sync=" + syncing
+			if cluster {
+				name = "R3/" + name
+			}
+			b.Run(name, func(b *testing.B) { benchIngestVsRaw(b, syncing, cluster) })
+		}
 	}
 }
 
-func benchIngestVsRaw(b *testing.B, syncing string) {
+// benchReplicas are the nodes of the R3 cluster and the replicas of its
+// streams and buckets.
+const benchReplicas = 3
+
+// startCluster is startTimeout on a three-node cluster (random loopback
+// ports, temporary stores), the streams and buckets provisioned at
+// replicas 3 as `--replicas 3` provisions them, and the client connected
+// to every node.
+func startCluster(t testing.TB, window time.Duration, defs []string, timeout time.Duration, natsOpts ...natstest.Option) *harness {
+	t.Helper()
+	c := natstest.RunCluster(t, benchReplicas, natsOpts...)
+	nc, err := c.Connect(nats.Name("ingest bench"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{Names: names, DedupeWindow: window, Replicas: benchReplicas}); err != nil {
+		t.Fatal(err)
+	}
+	// What the webhook and the raw pair write to: every replica of
+	// them acknowledges a write before it is answered.
+	for _, name := range []string{names.StreamIn(), streams.KVStream(names.BucketDedupe())} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := s.CachedInfo().Config.Replicas; r != benchReplicas {
+			t.Fatalf("%s has %d replicas, want %d", name, r, benchReplicas)
+		}
+	}
+	rules := admission.NewRules()
+	for _, y := range defs {
+		def, err := policies.Parse("def.yaml", []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules.Set(def)
+	}
+	adm, err := admission.New(ctx, js, rules, admission.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := dedupe.New(ctx, js, dedupe.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: timeout, Log: logtest.ForTest(t)}, js, store, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	srv.Mount(mux)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	return &harness{url: hs.URL, nats: c.URLs(), js: js, names: names, srv: c.Nodes()[0], adm: adm, store: store, ing: srv}
+}
+
+func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 	const workers = 16
+	start := startTimeout
+	if cluster {
+		start = startCluster
+	}
 	// The ingest's default timeout, not the tests' short one: a moment
 	// of a busy shared machine must not turn a slow answer into a 503.
-	h := startTimeout(b, time.Minute, []string{reviewerYAML, demoYAML}, ingest.DefaultTimeout, natstest.WithSync(syncing))
+	h := start(b, time.Minute, []string{reviewerYAML, demoYAML}, ingest.DefaultTimeout, natstest.WithSync(syncing))
 	body := fixture(b, "pull_request/opened.payload.json")
 	ctx := context.Background()
 	kv, err := h.js.KeyValue(ctx, h.names.BucketDedupe())
