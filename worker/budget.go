@@ -37,7 +37,7 @@ func (s *session) stopBudget(ctx context.Context, next record.State, entries []r
 	entries = append(entries, e)
 	entries = append(entries, s.closeOpen(&next, "budget exceeded ("+reason+")")...)
 	next.SetStatus(record.StatusBudgetExceeded, reason, time.Now().UTC())
-	s.w.m.budgetStops.WithLabelValues(s.w.m.labels(s.r.ref.Agent, next.DefinitionVersion, limit)...).Inc()
+	s.w.m.counter(s.w.m.budgetStops, s.r.ref.Agent, next.DefinitionVersion, limit).Inc()
 	s.log.Warn("budget exceeded", "limit", limit, "reason", reason)
 	return s.commit(ctx, entries, next)
 }

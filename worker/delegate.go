@@ -100,11 +100,11 @@ func (s *session) delegate(ctx context.Context, call record.CallRef, in record.I
 		s.log.Warn("delegate call could not publish its session's start; recovery makes it again", "call", call.ID, "to", d.Agent, "err", err)
 		return fmt.Errorf("worker: delegate call %s: %w", call.ID, err)
 	case refusal != "":
-		s.w.m.delegations.WithLabelValues(s.labels("refused")...).Inc()
+		s.counter(s.w.m.delegations, "refused").Inc()
 		s.log.Info("delegation refused", "call", call.ID, "to", d.Agent, "why", refusal)
 		return s.settleResult(ctx, call, in, refusal, true, "")
 	}
-	s.w.m.delegations.WithLabelValues(s.labels("started")...).Inc()
+	s.counter(s.w.m.delegations, "started").Inc()
 	return s.settleDelegated(ctx, call, in.Step, child)
 }
 
@@ -476,7 +476,7 @@ func (s *session) childAnswered(ctx context.Context, in *input, ev event.Event, 
 			next.WaitingFor = waitingText(next)
 		}
 	}
-	s.w.m.delegations.WithLabelValues(s.labels("answered")...).Inc()
+	s.counter(s.w.m.delegations, "answered").Inc()
 	s.log.Info("delegated session answered", "call", res.CallID, "child", res.Child, "status", res.Status, "waiting", awaited(next))
 	return s.commit(ctx, []record.Entry{e}, next)
 }
@@ -515,7 +515,7 @@ func (s *session) lateAnswered(ctx context.Context, in *input, ev event.Event, r
 	e.Event = &record.EventRef{ID: ev.ID(), Source: ev.Source(), Type: ev.Type(), Seq: in.seq}
 	next.Delegated = next.Delegated.Add(record.Tree{Sessions: res.Sessions, Turns: res.Usage.Turns,
 		Usage: model.Usage{InputTokens: res.Usage.InputTokens, OutputTokens: res.Usage.OutputTokens, CostUSD: res.Usage.CostUSD}})
-	s.w.m.delegations.WithLabelValues(s.labels("answered_late")...).Inc()
+	s.counter(s.w.m.delegations, "answered_late").Inc()
 	s.log.Info("delegated session answered after its call was closed", "call", res.CallID, "child", res.Child, "status", res.Status)
 	return s.commit(ctx, []record.Entry{e}, next)
 }
@@ -548,7 +548,7 @@ func (s *session) sendCancels(ctx context.Context) error {
 		if _, err := control.Publish(ctx, s.w.js, s.w.names, ref, m); err != nil {
 			return fmt.Errorf("worker: cancel delegated session %s: %w", ref, err)
 		}
-		s.w.m.delegations.WithLabelValues(s.labels("cancelled")...).Inc()
+		s.counter(s.w.m.delegations, "cancelled").Inc()
 		s.log.Info("delegated session cancelled with its parent's run", "child", ref.String(), "call", c.CallID, "why", c.Cancel)
 	}
 	next.Children = keep

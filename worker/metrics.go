@@ -205,6 +205,20 @@ func adopt[T prometheus.Collector](reg prometheus.Registerer, c *T) error {
 func (m *Metrics) version(agent string, v uint64) string {
 	m.versionsMu.Lock()
 	defer m.versionsMu.Unlock()
+	return m.versionLocked(agent, v)
+}
+
+// counter is vec's series of agent's version v and rest, looked up while
+// no version's series can be removed: a series made after its version's
+// removal, from a label taken before it, would stay for good.
+func (m *Metrics) counter(vec *prometheus.CounterVec, agent string, v uint64, rest ...string) prometheus.Counter {
+	m.versionsMu.Lock()
+	defer m.versionsMu.Unlock()
+	return vec.WithLabelValues(append([]string{agent, m.versionLocked(agent, v)}, rest...)...)
+}
+
+// versionLocked is version with versionsMu held.
+func (m *Metrics) versionLocked(agent string, v uint64) string {
 	if v > m.newest[agent] {
 		m.newest[agent] = v
 		for old := range m.labelled[agent] {
@@ -240,6 +254,8 @@ var removals atomic.Uint64
 // series is removed: a step counts without hashing its labels again.
 type stepSeries struct {
 	version uint64
+	// label is the version's label, taken when the removals counted
+	// epoch (empty until a series is made).
 	epoch   uint64
 	label   string
 	seconds map[string]prometheus.Observer
@@ -250,12 +266,26 @@ type stepSeries struct {
 func (s *session) series() *stepSeries {
 	v, e := s.st.DefinitionVersion, removals.Load()
 	c := s.stepSeries
-	if c == nil || c.version != v || c.epoch != e {
-		c = &stepSeries{version: v, epoch: e, label: s.w.m.version(s.r.ref.Agent, v),
-			seconds: map[string]prometheus.Observer{}, counts: map[[2]string]prometheus.Counter{}}
+	if c == nil || c.version != v || c.label != "" && c.epoch != e {
+		c = &stepSeries{version: v, seconds: map[string]prometheus.Observer{}, counts: map[[2]string]prometheus.Counter{}}
 		s.stepSeries = c
 	}
 	return c
+}
+
+// look makes a series of c with mk, under m's version lock (see
+// counter), taking c's label again first if a version's series were
+// removed since it was taken.
+func (c *stepSeries) look(m *Metrics, agent string, mk func(label string)) {
+	m.versionsMu.Lock()
+	defer m.versionsMu.Unlock()
+	if c.label == "" || c.epoch != removals.Load() {
+		c.label = m.versionLocked(agent, c.version)
+		c.epoch = removals.Load()
+		clear(c.seconds)
+		clear(c.counts)
+	}
+	mk(c.label)
 }
 
 // observeStep records how long a step of kind took from its intent
@@ -264,8 +294,10 @@ func (s *session) observeStep(kind string, seconds float64) {
 	c := s.series()
 	o := c.seconds[kind]
 	if o == nil {
-		o = s.w.m.stepSeconds.WithLabelValues(s.r.ref.Agent, c.label, kind)
-		c.seconds[kind] = o
+		c.look(s.w.m, s.r.ref.Agent, func(label string) {
+			o = s.w.m.stepSeconds.WithLabelValues(s.r.ref.Agent, label, kind)
+			c.seconds[kind] = o
+		})
 	}
 	o.Observe(seconds)
 }
@@ -277,8 +309,10 @@ func (s *session) countStep(kind, outcome string) {
 	k := [2]string{kind, outcome}
 	n := c.counts[k]
 	if n == nil {
-		n = s.w.m.steps.WithLabelValues(s.r.ref.Agent, c.label, kind, outcome)
-		c.counts[k] = n
+		c.look(s.w.m, s.r.ref.Agent, func(label string) {
+			n = s.w.m.steps.WithLabelValues(s.r.ref.Agent, label, kind, outcome)
+			c.counts[k] = n
+		})
 	}
 	n.Inc()
 }

@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +18,8 @@ import (
 func TestVersionLabelIsBounded(t *testing.T) {
 	m := NewMetrics()
 	for v := uint64(1); v <= 20; v++ {
-		m.runs.WithLabelValues(m.labels("a", v, runOK)...).Inc()
-		m.runs.WithLabelValues(m.labels("b", 1, runOK)...).Inc()
+		m.counter(m.runs, "a", v, runOK).Inc()
+		m.counter(m.runs, "b", 1, runOK).Inc()
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.runs)
@@ -116,5 +119,51 @@ func TestStepSeriesFollowRemovals(t *testing.T) {
 	s.countStep("model", "ok")
 	if got := counts(); got[older] != 1 || got[v1] != 0 {
 		t.Fatalf("series %v, want the step after the removal counted as older", got)
+	}
+}
+
+// Sessions counting steps while their agent's versions move on leave no
+// series of a removed version behind: each label is looked up under the
+// lock its removal takes, so a lookup made from a label taken before a
+// removal cannot bring the removed series back after it.
+func TestStepSeriesNotBroughtBackByARemoval(t *testing.T) {
+	m := NewMetrics()
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	const sessions, steps, perVersion = 8, 20000, 5
+	var wg sync.WaitGroup
+	for g := range sessions {
+		wg.Go(func() {
+			ref, _ := streams.NewSessionRef("a", fmt.Sprintf("s%d", g))
+			s := &session{w: &Worker{m: m}, r: &runner{ref: ref}}
+			for i := range steps {
+				// Each session a version ahead of the one before it, so
+				// some apply a version while others count at an old one.
+				s.st.DefinitionVersion = uint64(1 + i/perVersion + g)
+				s.countStep("model", "ok")
+				s.observeStep("model", 0.1)
+				m.counter(m.runs, "a", s.st.DefinitionVersion, runOK).Inc()
+			}
+		})
+	}
+	wg.Wait()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := 1 + (steps-1)/perVersion + sessions - 1
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() != "version" || l.GetValue() == "older" {
+					continue
+				}
+				if v, _ := strconv.Atoi(l.GetValue()); v+versionWindow <= newest {
+					t.Errorf("%s keeps a series of version %d, out of the window of the newest, %d", mf.GetName(), v, newest)
+				}
+			}
+		}
 	}
 }

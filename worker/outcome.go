@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/jetloop/jetloop/record"
 )
 
@@ -19,15 +21,10 @@ const (
 // recordTimeout bounds counting a run for the rollout guard.
 const recordTimeout = 5 * time.Second
 
-// labels are the agent and version labels of the session's metrics,
-// followed by rest.
-func (s *session) labels(rest ...string) []string {
-	return s.w.m.labels(s.r.ref.Agent, s.st.DefinitionVersion, rest...)
-}
-
-// labels are an agent's and version's metric labels, followed by rest.
-func (m *Metrics) labels(agent string, version uint64, rest ...string) []string {
-	return append([]string{agent, m.version(agent, version)}, rest...)
+// counter is vec's series of the session's agent and version, and rest
+// (see Metrics.counter).
+func (s *session) counter(vec *prometheus.CounterVec, rest ...string) prometheus.Counter {
+	return s.w.m.counter(vec, s.r.ref.Agent, s.st.DefinitionVersion, rest...)
 }
 
 // runOutcome classifies a run that ended in st: a run fails when it ends
@@ -61,7 +58,7 @@ func (s *session) runEnded(ctx context.Context, st record.State) {
 		return
 	}
 	agent := s.r.ref.Agent
-	s.w.m.runs.WithLabelValues(s.w.m.labels(agent, st.DefinitionVersion, outcome)...).Inc()
+	s.w.m.counter(s.w.m.runs, agent, st.DefinitionVersion, outcome).Inc()
 	vd, versioned := s.w.cfg.Definitions.(VersionedDefinitions)
 	if !versioned || st.DefinitionVersion == 0 {
 		return
