@@ -264,8 +264,9 @@ type env struct {
 const clusterSize = 3
 
 // startCluster starts a three-node cluster on loopback, its JetStream
-// streams and buckets replicated on all three, and connects to every
-// node.
+// streams and buckets replicated on all three, and connects to one of
+// them (nats.go picks it at random from all three addresses, the others
+// are for failover).
 func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
 	ports, err := freePorts(clusterSize)
 	if err != nil {
@@ -331,6 +332,32 @@ func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, erro
 		return nil, fmt.Errorf("bench: provision on the cluster: %w", err)
 	}
 	return e, nil
+}
+
+// placed is the fewest nodes any of the named streams is stored on, as
+// their leaders report it: 1 on a single server, the leader and its
+// replicas on a cluster. A measurement reports it beside its figures, so
+// that an R3 figure shows it was measured on three copies.
+func (e *env) placed(ctx context.Context, names ...string) (float64, error) {
+	fewest := 0
+	for _, name := range names {
+		s, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("bench: stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("bench: stream %s: %w", name, err)
+		}
+		n := 1
+		if info.Cluster != nil {
+			n += len(info.Cluster.Replicas)
+		}
+		if fewest == 0 || n < fewest {
+			fewest = n
+		}
+	}
+	return float64(fewest), nil
 }
 
 // freePorts finds n free loopback ports.

@@ -47,7 +47,15 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 		bench.Age:      {"first-ms", "last-ms", "last/first", "ratio-to-raw"},
 		bench.Window:   {"with-max-tokens", "with-last-tokens", "without-first-tokens", "without-last-tokens"},
 	}
+	// The copies of what each writes to: the R3 measurements' figures
+	// are of three, the others' of one.
+	replicas := map[string]float64{bench.Ingest: 1, bench.IngestR3: 3, bench.Step: 1, bench.StepR3: 3}
 	for _, sync := range []string{bench.SyncDefault, bench.SyncAlways} {
+		for name, n := range replicas {
+			if res, ok := rep.Get(name, sync); ok && res.Note == "" && res.Figures["replicas"] != n {
+				t.Errorf("%s (sync %s): measured on %v replicas, want %v", name, sync, res.Figures["replicas"], n)
+			}
+		}
 		for name, figs := range want {
 			res, ok := rep.Get(name, sync)
 			if !ok {

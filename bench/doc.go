@@ -28,8 +28,13 @@
 // step-r3: a cluster of three on loopback) in a temporary folder, once
 // per JetStream sync_interval asked for (the server's default of two
 // minutes, and "always", which fsyncs every write before acknowledging
-// it). Figures are ratios and percentiles of one run on one machine:
-// they compare, they do not promise.
+// it). Ingest and step report, as the figure "replicas", the nodes the
+// streams both ways write to were stored on (1, or 3 on the cluster).
+// The client is connected to one node, picked at random from the
+// cluster's addresses, which may or may not lead those streams: both
+// ways share the connection, so both take the same path. Figures are
+// ratios and percentiles of one run on one machine: they compare, they
+// do not promise.
 //
 // The package owns the measurements and their report; the command line
 // that runs them is cli's. It does not assert anything: tests do that.

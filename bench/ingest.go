@@ -175,8 +175,14 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		rawMsgs, ingestMsgs = rawMsgs+msgs1-msgs0, ingestMsgs+nc.Stats().OutMsgs-msgs1
 		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpuTime()-cpu1
 	}
+	// The copies of what both ways write to.
+	placed, err := e.placed(ctx, e.names.StreamIn(), streams.KVStream(e.names.BucketDedupe()))
+	if err != nil {
+		return nil, err
+	}
 	rawRate, ingestRate := float64(n)/raw.Seconds(), float64(n)/via.Seconds()
 	return map[string]float64{
+		"replicas":       placed,
 		"events/s":       ingestRate,
 		"raw-events/s":   rawRate,
 		"ratio":          ingestRate / rawRate,

@@ -151,6 +151,12 @@ func benchStep(ctx context.Context, e *env) (map[string]float64, error) {
 		figs["writes/step"+sfx] = float64(w.writes) / float64(w.steps)
 		figs["session-writes/step"+sfx] = float64(w.sessionWrites) / float64(w.steps)
 	}
+	// The copies of what both ways write to.
+	placed, err := e.placed(ctx, streams.KVStream(e.names.BucketSessions()))
+	if err != nil {
+		return nil, err
+	}
+	figs["replicas"] = placed
 	return figs, nil
 }
 
