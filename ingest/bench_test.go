@@ -52,7 +52,9 @@ const benchReplicas = 3
 // startCluster is startTimeout on a three-node cluster (random loopback
 // ports, temporary stores), the streams and buckets provisioned at
 // replicas 3 as `--replicas 3` provisions them, and the client connected
-// to every node.
+// to one node picked at random from all three addresses (the webhooks
+// and the raw pair share the connection, so both take the same path to
+// the streams' leaders, wherever those are).
 func startCluster(t testing.TB, window time.Duration, defs []string, timeout time.Duration, natsOpts ...natstest.Option) *harness {
 	t.Helper()
 	c := natstest.RunCluster(t, benchReplicas, natsOpts...)
