@@ -308,9 +308,13 @@ func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, erro
 		return leader
 	}
 	for deadline := time.Now().Add(time.Minute); !ready(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
 			e.close()
-			return nil, errors.New("bench: the cluster elected no JetStream meta leader within a minute")
+			return nil, fmt.Errorf("bench: wait for the cluster: %w", err)
+		}
+		if time.Now().After(deadline) {
+			e.close()
+			return nil, errors.New("bench: the cluster was not ready within a minute: no JetStream meta leader current on every node with every node's statistics")
 		}
 	}
 	var urls []string
