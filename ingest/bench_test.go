@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,12 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetloop/jetloop/admission"
-	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/ingest"
-	"github.com/jetloop/jetloop/internal/logtest"
 	"github.com/jetloop/jetloop/internal/natstest"
-	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -83,31 +78,9 @@ func startCluster(t testing.TB, window time.Duration, defs []string, timeout tim
 			t.Fatalf("%s has %d replicas, want %d", name, r, benchReplicas)
 		}
 	}
-	rules := admission.NewRules()
-	for _, y := range defs {
-		def, err := policies.Parse("def.yaml", []byte(y))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rules.Set(def)
-	}
-	adm, err := admission.New(ctx, js, rules, admission.Config{Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := dedupe.New(ctx, js, dedupe.Config{Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: timeout, Log: logtest.ForTest(t)}, js, store, adm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	srv.Mount(mux)
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	return &harness{url: hs.URL, nats: c.URLs(), js: js, names: names, srv: c.Nodes()[0], adm: adm, store: store, ing: srv}
+	h := serve(t, js, names, defs, timeout)
+	h.nats, h.srv = c.URLs(), c.Nodes()[0]
+	return h
 }
 
 func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {

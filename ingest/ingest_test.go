@@ -82,6 +82,17 @@ func startTimeout(t testing.TB, window time.Duration, defs []string, timeout tim
 	if _, err := streams.Provision(ctx, js, streams.Options{DedupeWindow: window}); err != nil {
 		t.Fatal(err)
 	}
+	h := serve(t, js, names, defs, timeout)
+	h.nats, h.srv = s.ClientURL(), s
+	return h
+}
+
+// serve builds admission, the dedupe store and the ingest with the
+// definitions defs on js, and serves the ingest over HTTP on loopback:
+// the harness without its server.
+func serve(t testing.TB, js jetstream.JetStream, names streams.Names, defs []string, timeout time.Duration) *harness {
+	t.Helper()
+	ctx := context.Background()
 	rules := admission.NewRules()
 	for _, y := range defs {
 		c, err := policies.Parse("def.yaml", []byte(y))
@@ -106,7 +117,7 @@ func startTimeout(t testing.TB, window time.Duration, defs []string, timeout tim
 	srv.Mount(mux)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
-	return &harness{url: hs.URL, nats: s.ClientURL(), js: js, names: names, srv: s, adm: adm, store: store, ing: srv}
+	return &harness{url: hs.URL, js: js, names: names, adm: adm, store: store, ing: srv}
 }
 
 func fixture(t testing.TB, path string) []byte {
