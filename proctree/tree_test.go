@@ -509,10 +509,12 @@ while [ ! -e ready ]; do sleep 0.01; done; kill -9 $PPID; wait`
 // reaper and fails, and says that the command may have run (it did),
 // not that it could not start; nothing of it is left.
 func TestStartTimesOutOnACommandThatRuns(t *testing.T) {
+	// StartTimeout leaves a loaded machine time to start the shell: the
+	// command must have run before the reaper is killed.
 	defer proctreehook.SetStartDelay(time.Minute)()
 	for _, mode := range modes(t) {
 		t.Run(name(mode), func(t *testing.T) {
-			s, err := proctree.New(proctree.Config{Cgroups: mode, StartTimeout: 3 * time.Second, KillTimeout: 5 * time.Second})
+			s, err := proctree.New(proctree.Config{Cgroups: mode, StartTimeout: 10 * time.Second, KillTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

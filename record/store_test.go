@@ -261,6 +261,11 @@ func TestStored(t *testing.T) {
 // come back): Stored answers once a leader is elected, rather than
 // failing for the election.
 func TestStoredWaitsForALeader(t *testing.T) {
+	// Restarting two nodes and electing a leader can take longer than
+	// the default wait on a loaded machine; the test is of the waiting,
+	// not of its bound.
+	defer func(d time.Duration) { storedRetry = d }(storedRetry)
+	storedRetry = 50 * time.Second
 	c := natstest.RunCluster(t, 3)
 	_, js := natstest.Connect(t, c.URLs())
 	s, ref := openTestStore(t, js, streams.Options{Replicas: 3})
