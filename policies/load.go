@@ -58,12 +58,16 @@ func Parse(file string, data []byte) (*Compiled, error) {
 		return nil, &Error{File: file, Line: docs[1].Body.GetToken().Position.Line, Err: errors.New("more than one YAML document: want one agent a file")}
 	}
 	body := docs[0].Body
-	// Aliases can expand exponentially and nothing in a definition needs
-	// them.
-	for _, typ := range []ast.NodeType{ast.AliasType, ast.AnchorType} {
-		if n := ast.Filter(typ, body); len(n) > 0 {
+	// Aliases can expand exponentially, the YAML decoder panics on a tag
+	// over a value of another kind than its field's (a tagged scalar where
+	// a list belongs), and nothing in a definition needs either.
+	for _, r := range []struct {
+		typ  ast.NodeType
+		what string
+	}{{ast.AliasType, "YAML anchors and aliases are"}, {ast.AnchorType, "YAML anchors and aliases are"}, {ast.TagType, "YAML tags (such as !!str) are"}} {
+		if n := ast.Filter(r.typ, body); len(n) > 0 {
 			return nil, &Error{File: file, Line: n[0].GetToken().Position.Line, Column: n[0].GetToken().Position.Column,
-				Err: errors.New("YAML anchors and aliases are not supported")}
+				Err: errors.New(r.what + " not supported")}
 		}
 	}
 	if body.Type() != ast.MappingType {
@@ -73,7 +77,7 @@ func Parse(file string, data []byte) (*Compiled, error) {
 		return nil, errors.Join(errs...)
 	}
 	var d Definition
-	if err := yaml.NodeToValue(body, &d, yaml.Strict()); err != nil {
+	if err := decodeBody(body, &d); err != nil {
 		e := yamlError(file, err)
 		if e.Line == 0 {
 			e.Line, e.Column, e.Field = valuePosition(body, err.Error())
@@ -444,4 +448,16 @@ func LoadDir(dir string) ([]*Compiled, error) {
 	}
 	slices.SortFunc(out, func(a, b *Compiled) int { return strings.Compare(a.Definition.Name, b.Definition.Name) })
 	return out, errors.Join(errs...)
+}
+
+// decodeBody decodes a definition's body. A panic of the YAML decoder, on an
+// input the checks before it did not foresee, is an error of that input,
+// not of the process reading it.
+func decodeBody(body ast.Node, d *Definition) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("YAML not understood: %v", r)
+		}
+	}()
+	return yaml.NodeToValue(body, d, yaml.Strict())
 }

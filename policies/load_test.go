@@ -99,6 +99,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "ask_human without timeout", yaml: head + "ask_human: {on_timeout: cancel}\n", field: "ask_human.timeout", msgContain: "required"},
 		{name: "two documents", yaml: head + "---\n" + head, line: 4, msgContain: "one agent a file"},
 		{name: "alias", yaml: "name: &n a\nmodel: {provider: scripted}\nsystem: *n\n", line: 3, msgContain: "anchors"},
+		{name: "tag where a list belongs", yaml: head + "tools: !!str bar\n", line: 3, col: 8, msgContain: "tags"},
+		{name: "tag on a mapping", yaml: head + "triggers:\n  - !t {name: t}\n", line: 4, col: 5, msgContain: "tags"},
 		{name: "not a mapping", yaml: "- a\n- b\n", line: 1, msgContain: "mapping"},
 		{name: "empty", yaml: "# nothing\n", msgContain: "empty"},
 		{name: "broken yaml", yaml: "name: a\n  model: [\n", line: 1, msgContain: ""},
