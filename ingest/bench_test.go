@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/loadgen"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -98,20 +102,21 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// run makes op(i) for i in [from, to) on workers goroutines.
-	run := func(from, to int, op func(i int) error) time.Duration {
+	// run makes op(w, i) for i in [from, to) on workers goroutines, w
+	// the worker's number.
+	run := func(from, to int, op func(w, i int) error) time.Duration {
 		var next atomic.Int64
 		next.Store(int64(from) - 1)
 		var wg sync.WaitGroup
 		start := time.Now()
-		for range workers {
+		for w := range workers {
 			wg.Go(func() {
 				for {
 					i := int(next.Add(1))
 					if i >= to {
 						return
 					}
-					if err := op(i); err != nil {
+					if err := op(w, i); err != nil {
 						b.Error(err)
 						return
 					}
@@ -122,26 +127,28 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 		return time.Since(start)
 	}
 	// The sender is the load, not what is measured, but it runs in this
-	// process: a write buffer that holds a request whole keeps it from
-	// allocating a 32 KB copy buffer per request (net/http hands a body
-	// that does not fit to the connection's ReadFrom, which does), whose
-	// collection would be charged to the ingest.
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, WriteBufferSize: 64 << 10}}
-	// The body is the same for every delivery (the id is a header): it is
-	// signed once, as the sender's work, not the receiver's.
+	// process, on the same two cores: a load generator as cheap as wrk's,
+	// one keep-alive connection a worker, each request one write of bytes
+	// built once (the body is the same for every delivery, the id is a
+	// header: it is signed once, as the sender's work, not the
+	// receiver's).
 	headers := githubHeaders("pull_request", "", body)
-	rawOp := func(i int) error {
-		if _, err := kv.Create(ctx, h.names.DedupeKey("https://github.com/bench", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
-			return err
-		}
-		m := nats.NewMsg(fmt.Sprintf("jl.in.bench.s%d", i%64))
-		m.Data = body
-		m.Header.Set(nats.MsgIdHdr, fmt.Sprint("raw-", i))
-		_, err := h.js.PublishMsg(ctx, m)
-		return err
-	}
-	ingestOp := func(i int) error {
-		req, _ := http.NewRequest(http.MethodPost, h.url+"/webhooks/github", bytes.NewReader(body))
+	delete(headers, ingest.HeaderGitHubDelivery)
+	webhook := benchRequest(b, h.url, "/webhooks/github", headers, body)
+	conns := benchConns(b, h.url, workers)
+	// What the sender costs, measured in the same rounds: the same
+	// requests to a handler that answers 202 at once, from the load
+	// generator and from net/http's client (which the benchmark used
+	// before; its write buffer holds a request whole, so that it
+	// allocates no 32 KB copy buffer per request).
+	trivial := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	b.Cleanup(trivial.Close)
+	trivialReq := benchRequest(b, trivial.URL, "/webhooks/github", headers, body)
+	trivialConns := benchConns(b, trivial.URL, workers)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, WriteBufferSize: 64 << 10}}
+	b.Cleanup(client.CloseIdleConnections)
+	clientOp := func(_, i int) error {
+		req, _ := http.NewRequest(http.MethodPost, trivial.URL+"/webhooks/github", bytes.NewReader(body))
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
@@ -159,6 +166,22 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 		}
 		return nil
 	}
+	rawOp := func(_, i int) error {
+		if _, err := kv.Create(ctx, h.names.DedupeKey("https://github.com/bench", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
+			return err
+		}
+		m := nats.NewMsg(fmt.Sprintf("jl.in.bench.s%d", i%64))
+		m.Data = body
+		m.Header.Set(nats.MsgIdHdr, fmt.Sprint("raw-", i))
+		_, err := h.js.PublishMsg(ctx, m)
+		return err
+	}
+	ingestOp := func(w, i int) error {
+		return conns[w].Expect(webhook, "bench-"+strconv.Itoa(i), http.StatusAccepted)
+	}
+	senderOp := func(w, i int) error {
+		return trivialConns[w].Expect(trivialReq, "bench-"+strconv.Itoa(i), http.StatusAccepted)
+	}
 	b.ResetTimer()
 	// The two take turns in rounds, so both see the same load of a
 	// shared machine.
@@ -173,6 +196,9 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 	// it changes the rates: the rates' ratio tends to the inverse of
 	// these when the machine is busy.
 	var rawCPU, ingestCPU time.Duration
+	// And the CPU of the same requests to the handler that answers at
+	// once, from the load generator and from net/http's client.
+	var senderCPU, clientCPU time.Duration
 	for r := range rounds {
 		from, to := 1+r*b.N/rounds, 1+(r+1)*b.N/rounds
 		before, cpu0 := nc.Stats().OutMsgs, cpuTime(b)
@@ -180,19 +206,52 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 		mid, cpu1 := nc.Stats().OutMsgs, cpuTime(b)
 		viaHTTP += run(from, to, ingestOp)
 		rawMsgs, ingestMsgs = rawMsgs+mid-before, ingestMsgs+nc.Stats().OutMsgs-mid
-		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpuTime(b)-cpu1
+		cpu2 := cpuTime(b)
+		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpu2-cpu1
+		run(from, to, senderOp)
+		cpu3 := cpuTime(b)
+		run(from, to, clientOp)
+		senderCPU, clientCPU = senderCPU+cpu3-cpu2, clientCPU+cpuTime(b)-cpu3
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rawMsgs)/float64(b.N), "raw-js-msgs/op")
 	b.ReportMetric(float64(ingestMsgs)/float64(b.N), "ingest-js-msgs/op")
 	b.ReportMetric(float64(rawCPU.Microseconds())/float64(b.N), "raw-cpu-µs/op")
 	b.ReportMetric(float64(ingestCPU.Microseconds())/float64(b.N), "ingest-cpu-µs/op")
+	b.ReportMetric(float64(senderCPU.Microseconds())/float64(b.N), "sender-cpu-µs/op")
+	b.ReportMetric(float64(clientCPU.Microseconds())/float64(b.N), "nethttp-sender-cpu-µs/op")
 	rawRate := float64(b.N) / raw.Seconds()
 	ingestRate := float64(b.N) / viaHTTP.Seconds()
 	b.ReportMetric(rawRate, "raw/s")
 	b.ReportMetric(ingestRate, "ingest/s")
 	b.ReportMetric(ingestRate/rawRate, "ratio")
 	b.Logf("n=%d: raw JetStream %.0f/s, ingest %.0f/s, ratio %.2f (target at least 0.50)", b.N, rawRate, ingestRate, ingestRate/rawRate)
+}
+
+// benchRequest is the load generator's request to target of the server at
+// url (http://host:port), with the headers and body, and the GitHub
+// delivery id given per request.
+func benchRequest(b *testing.B, url, target string, headers map[string]string, body []byte) *loadgen.Request {
+	hdr := http.Header{}
+	for k, v := range headers {
+		hdr.Set(k, v)
+	}
+	r, err := loadgen.NewRequest(http.MethodPost, strings.TrimPrefix(url, "http://"), target, hdr, ingest.HeaderGitHubDelivery, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+// benchConns are n load generator connections to the server at url, one
+// a worker, closed when the benchmark ends.
+func benchConns(b *testing.B, url string, n int) []*loadgen.Conn {
+	conns := make([]*loadgen.Conn, n)
+	for i := range conns {
+		conns[i] = loadgen.NewConn(strings.TrimPrefix(url, "http://"), time.Minute)
+		b.Cleanup(func() { _ = conns[i].Close() })
+	}
+	return conns
 }
 
 // cpuTime is the user and system CPU time the process has used.

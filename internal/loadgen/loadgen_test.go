@@ -1,0 +1,368 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// server is a net/http server on loopback that answers each request
+// with the status its X-Delivery header starts with ("404-7"), a body
+// naming the delivery, and `Connection: close` when the delivery ends in
+// "-close"; "big" answers a body of bigBody bytes, "chunked" a body
+// without Content-Length. It checks what every request carries.
+type server struct {
+	*httptest.Server
+	conns    atomic.Int64 // connections accepted
+	requests atomic.Int64
+	mu       sync.Mutex
+	bad      []string // what a request lacked
+}
+
+const bigBody = 200 << 10
+
+var body = bytes.Repeat([]byte("webhook body "), 3000) // about 39 KB, more than one write of most sockets
+
+func newServer(t *testing.T) *server {
+	s := &server{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		got, err := io.ReadAll(r.Body)
+		d := r.Header.Get("X-Delivery")
+		if err != nil || !bytes.Equal(got, body) || r.ContentLength != int64(len(body)) || r.Header.Get("X-Hub-Signature-256") != "sha256=abc" || r.Method != http.MethodPost || r.URL.Path != "/webhooks/github" || r.Host != "ingest.test" {
+			s.mu.Lock()
+			s.bad = append(s.bad, fmt.Sprintf("%s: %s %s host %s, %d bytes (%v), signature %q", d, r.Method, r.URL, r.Host, len(got), err, r.Header.Get("X-Hub-Signature-256")))
+			s.mu.Unlock()
+		}
+		switch d {
+		case "big":
+			w.Header().Set("Content-Length", strconv.Itoa(bigBody))
+			_, _ = w.Write(bytes.Repeat([]byte("b"), bigBody))
+			return
+		case "chunked":
+			_, _ = w.Write([]byte("part"))
+			w.(http.Flusher).Flush()
+			_, _ = w.Write([]byte("rest"))
+			return
+		}
+		if strings.HasSuffix(d, "-close") {
+			w.Header().Set("Connection", "close")
+		}
+		code, _ := strconv.Atoi(d[:3])
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "answer to %s", d)
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Close()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, b := range s.bad {
+			t.Errorf("request not as sent: %s", b)
+		}
+	})
+	return s
+}
+
+func request(t *testing.T) *Request {
+	t.Helper()
+	r, err := NewRequest(http.MethodPost, "ingest.test", "/webhooks/github", http.Header{
+		"X-Hub-Signature-256": {"sha256=abc"},
+		"Content-Type":        {"application/json"},
+	}, "X-Delivery", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func addr(s *server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+func TestStatusesOnOneConnection(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	statuses := []int{202, 200, 404, 503, 400, 202, 204, 500, 202}
+	for round := range 3 {
+		for i, want := range statuses {
+			d := fmt.Sprintf("%d-%d-%d", want, round, i)
+			got, err := c.Do(r, d)
+			if err != nil {
+				t.Fatalf("%s: %v", d, err)
+			}
+			if got != want {
+				t.Fatalf("%s: status %d", d, got)
+			}
+			wantBody := "answer to " + d
+			if want == http.StatusNoContent {
+				wantBody = ""
+			}
+			if string(c.Body()) != wantBody {
+				t.Fatalf("%s: body %q, want %q", d, c.Body(), wantBody)
+			}
+		}
+	}
+	if n := int64(3 * len(statuses)); s.requests.Load() != n {
+		t.Fatalf("server saw %d requests, want %d", s.requests.Load(), n)
+	}
+	if c.Dials() != 1 || s.conns.Load() != 1 {
+		t.Fatalf("%d dials, %d connections at the server; want one kept alive", c.Dials(), s.conns.Load())
+	}
+}
+
+func TestExpect(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	if err := c.Expect(r, "202-a", http.StatusAccepted); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Expect(r, "503-b", http.StatusAccepted)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != 503 || se.Body != "answer to 503-b" {
+		t.Fatalf("Expect of a 503: %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "503 Service Unavailable") || !strings.Contains(msg, "answer to 503-b") {
+		t.Fatalf("error %q names neither the status nor the body", msg)
+	}
+	// A refusal is an answer like another: the connection carries on.
+	if err := c.Expect(r, "202-c", http.StatusAccepted); err != nil || c.Dials() != 1 {
+		t.Fatalf("after a refusal: %v, %d dials", err, c.Dials())
+	}
+}
+
+func TestServerClosesConnection(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	// Every third answer says `Connection: close`: the next request
+	// dials again.
+	closes := 0
+	for i := range 10 {
+		d := fmt.Sprintf("202-%d", i)
+		if i%3 == 2 {
+			d += "-close"
+			closes++
+		}
+		if err := c.Expect(r, d, http.StatusAccepted); err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+	}
+	if c.Dials() != closes+1 || s.conns.Load() != int64(closes+1) {
+		t.Fatalf("%d dials, %d connections at the server, want %d", c.Dials(), s.conns.Load(), closes+1)
+	}
+	// The server closes the idle connection: the request goes on a new
+	// one, once.
+	before := s.requests.Load()
+	s.CloseClientConnections()
+	if err := c.Expect(r, "202-after-idle-close", http.StatusAccepted); err != nil {
+		t.Fatal(err)
+	}
+	if c.Dials() != closes+2 || s.requests.Load() != before+1 {
+		t.Fatalf("after the server closed the idle connection: %d dials, %d requests", c.Dials(), s.requests.Load()-before)
+	}
+}
+
+func TestServerWithoutKeepAlive(t *testing.T) {
+	s := newServer(t)
+	s.Config.SetKeepAlivesEnabled(false)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	for i := range 5 {
+		if err := c.Expect(r, fmt.Sprintf("202-%d", i), http.StatusAccepted); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Dials() != 5 {
+		t.Fatalf("%d dials for 5 answers with Connection: close", c.Dials())
+	}
+}
+
+func TestBodyBiggerThanARead(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	for i := range 3 {
+		status, err := c.Do(r, "big")
+		if err != nil || status != 200 {
+			t.Fatalf("big answer %d: %d, %v", i, status, err)
+		}
+		if len(c.Body()) != KeepBody || strings.Trim(string(c.Body()), "b") != "" {
+			t.Fatalf("big answer %d: kept %d bytes", i, len(c.Body()))
+		}
+		// The body was read to its end: the next answer on the same
+		// connection is read from its start.
+		if err := c.Expect(r, fmt.Sprintf("202-%d", i), http.StatusAccepted); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Dials() != 1 {
+		t.Fatalf("%d dials", c.Dials())
+	}
+}
+
+func TestChunkedRefused(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	_, err := c.Do(r, "chunked")
+	if !errors.Is(err, errFraming) || !strings.Contains(err.Error(), "chunked") {
+		t.Fatalf("chunked answer: %v", err)
+	}
+	// The connection it came on is dropped, and the next request works.
+	if err := c.Expect(r, "202-next", http.StatusAccepted); err != nil || c.Dials() != 2 {
+		t.Fatalf("after a refused answer: %v, %d dials", err, c.Dials())
+	}
+}
+
+func TestDialFailure(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.Addr().String()
+	l.Close()
+	c := NewConn(a, 5*time.Second)
+	if _, err := c.Do(request(t), "x"); err == nil || !strings.Contains(err.Error(), "dial "+a) {
+		t.Fatalf("dial of a closed port: %v", err)
+	}
+}
+
+func TestNewRequestRefuses(t *testing.T) {
+	tests := []struct {
+		name                 string
+		method, host, target string
+		header               http.Header
+		vary                 string
+	}{
+		{name: "method with a space", method: "PO ST", host: "h", target: "/", vary: "X-D"},
+		{name: "target not a path", method: "POST", host: "h", target: "http://h/", vary: "X-D"},
+		{name: "target with CRLF", method: "POST", host: "h", target: "/a\r\nX: y", vary: "X-D"},
+		{name: "no host", method: "POST", target: "/", vary: "X-D"},
+		{name: "value with LF", method: "POST", host: "h", target: "/", header: http.Header{"X-A": {"a\nb"}}, vary: "X-D"},
+		{name: "name not a token", method: "POST", host: "h", target: "/", header: http.Header{"X A": {"a"}}, vary: "X-D"},
+		{name: "own Content-Length", method: "POST", host: "h", target: "/", header: http.Header{"Content-Length": {"1"}}, vary: "X-D"},
+		{name: "own Connection", method: "POST", host: "h", target: "/", header: http.Header{"Connection": {"close"}}, vary: "X-D"},
+		{name: "varying header fixed too", method: "POST", host: "h", target: "/", header: http.Header{"X-D": {"1"}}, vary: "X-D"},
+		{name: "no varying header", method: "POST", host: "h", target: "/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := NewRequest(tt.method, tt.host, tt.target, tt.header, tt.vary, nil); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	s := newServer(t)
+	c := NewConn(addr(s), 5*time.Second)
+	defer c.Close()
+	if _, err := c.Do(request(t), "a\r\nX-Injected: 1"); err == nil {
+		t.Fatal("a varying value with CRLF was sent")
+	}
+}
+
+// TestReadAnswer holds the reader to the framings it reads and the ones
+// it refuses, on answers no net/http server would write.
+func TestReadAnswer(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     string
+		status int
+		keep   bool
+		body   string
+		err    string // in the error; "" for none
+		rest   string // what is left unread
+	}{
+		{name: "HTTP/1.1", in: "HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nokNEXT", status: 202, keep: true, body: "ok", rest: "NEXT"},
+		{name: "bare LF, no reason", in: "HTTP/1.1 202\nContent-Length: 0\n\nNEXT", status: 202, keep: true, rest: "NEXT"},
+		{name: "Connection close", in: "HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n", status: 200},
+		{name: "HTTP/1.0", in: "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", status: 200, body: "x"},
+		{name: "HTTP/1.0 keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx", status: 200, keep: true, body: "x"},
+		{name: "interim answers skipped", in: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 1\r\n\r\nk", status: 202, keep: true, body: "k"},
+		{name: "204 without length", in: "HTTP/1.1 204 No Content\r\n\r\nNEXT", status: 204, keep: true, rest: "NEXT"},
+		{name: "same length twice", in: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\nx", status: 200, keep: true, body: "x"},
+		{name: "delimited by close", in: "HTTP/1.1 200 OK\r\n\r\nuntil the end", err: "without Content-Length"},
+		{name: "chunked", in: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\n", err: "Transfer-Encoding"},
+		{name: "upgrade", in: "HTTP/1.1 101 Switching Protocols\r\n\r\n", err: "101"},
+		{name: "two lengths", in: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy", err: "Content-Length 1 and 2"},
+		{name: "signed length", in: "HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\nx", err: "Content-Length"},
+		{name: "folded header", in: "HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n", err: "folded"},
+		{name: "not HTTP", in: "SSH-2.0-OpenSSH\r\n\r\n", err: "status line"},
+		{name: "HTTP/2 status line", in: "HTTP/2 200\r\n\r\n", err: "status line"},
+		{name: "status of two digits", in: "HTTP/1.1 20 OK\r\n\r\n", err: "status line"},
+		{name: "status 099", in: "HTTP/1.1 099 x\r\nContent-Length: 0\r\n\r\n", err: "status line"},
+		{name: "header without colon", in: "HTTP/1.1 200 OK\r\nbroken\r\n\r\n", err: "header line"},
+		{name: "cut in the head", in: "HTTP/1.1 200 OK\r\nContent-Len", err: "unexpected EOF"},
+		{name: "cut in the body", in: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", err: "unexpected EOF"},
+		{name: "empty", in: "", err: "unexpected EOF"},
+		{name: "line too long", in: "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", maxHeaderLine) + "\r\n\r\n", err: "longer than"},
+		{name: "too many headers", in: "HTTP/1.1 200 OK\r\n" + strings.Repeat("X: a\r\n", maxHeaderLines+1) + "\r\n", err: "header lines"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			br := bufio.NewReaderSize(strings.NewReader(tt.in), maxHeaderLine)
+			b := make([]byte, 0, KeepBody)
+			status, keep, err := readAnswer(br, &b)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one with %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest, _ := io.ReadAll(br)
+			if status != tt.status || keep != tt.keep || string(b) != tt.body || string(rest) != tt.rest {
+				t.Fatalf("status %d keep %v body %q rest %q, want %d %v %q %q", status, keep, b, rest, tt.status, tt.keep, tt.body, tt.rest)
+			}
+		})
+	}
+}
+
+// FuzzReadAnswer feeds the reader arbitrary answers: it returns an error
+// or an answer it read to its end, and never keeps more than KeepBody
+// bytes.
+func FuzzReadAnswer(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.1 204\n\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(in), maxHeaderLine)
+		b := make([]byte, 0, KeepBody)
+		status, _, err := readAnswer(br, &b)
+		if err != nil {
+			return
+		}
+		if status < 200 || status > 999 || len(b) > KeepBody {
+			t.Fatalf("status %d, %d bytes kept", status, len(b))
+		}
+	})
+}
