@@ -37,8 +37,8 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		bench.Ingest:   {"events/s", "raw-events/s", "ratio", "js-msgs/event", "raw-js-msgs/op", "cpu-us/event", "raw-cpu-us/op"},
-		bench.IngestR3: {"events/s", "raw-events/s", "ratio", "js-msgs/event", "raw-js-msgs/op", "cpu-us/event", "raw-cpu-us/op"},
+		bench.Ingest:   {"events/s", "raw-events/s", "ratio", "js-msgs/event", "raw-js-msgs/op", "cpu-us/event", "raw-cpu-us/op", "sender-cpu-us/op", "nethttp-sender-cpu-us/op"},
+		bench.IngestR3: {"events/s", "raw-events/s", "ratio", "js-msgs/event", "raw-js-msgs/op", "cpu-us/event", "raw-cpu-us/op", "sender-cpu-us/op", "nethttp-sender-cpu-us/op"},
 		bench.Step:     {"steps/s", "raw-steps/s", "ratio", "step-p50-ms", "raw-step-p50-ms", "p50-ratio", "steps/s-8", "raw-steps/s-8", "ratio-8", "writes/step", "session-writes/step"},
 		bench.StepR3:   {"steps/s", "raw-steps/s", "ratio", "p50-ratio", "steps/s-8", "raw-steps/s-8"},
 		bench.Control:  {"raw-p50-ms", "raw-p99-ms", "steer-p50-ms", "steer-p99-ms", "cancel-tool-p50-ms", "cancel-final-p99-ms"},
@@ -77,7 +77,7 @@ func TestRunPrintsEveryFigure(t *testing.T) {
 	if err := rep.Write(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, label := range []string{"ingest: ratio to raw", "ingest R3: webhooks/s, raw JetStream ops/s", "ingest R3: ratio to raw", "ingest R3: CPU and JetStream messages a webhook", "step, 1 session: ratio to raw", "step, 8 sessions: steps/s", "step R3, 8 sessions: ratio to raw", "control: steer publish→next model call", "recovery: kill -9", "idle: heap held", "age: last / first", "window: input tokens with context:", "window: input tokens without"} {
+	for _, label := range []string{"ingest: ratio to raw", "ingest R3: webhooks/s, raw JetStream ops/s", "ingest R3: ratio to raw", "ingest R3: CPU and JetStream messages a webhook", "ingest: CPU of the sender's request to a 202 handler", "step, 1 session: ratio to raw", "step, 8 sessions: steps/s", "step R3, 8 sessions: ratio to raw", "control: steer publish→next model call", "recovery: kill -9", "idle: heap held", "age: last / first", "window: input tokens with context:", "window: input tokens without"} {
 		if !strings.Contains(out.String(), label) {
 			t.Errorf("report has no row %q:\n%s", label, out.String())
 		}

@@ -5,7 +5,11 @@
 //     admission and publish, against the operations each needs at least
 //     (a jl_dedupe create and a publish of the same size), at the same
 //     concurrency, with the process's CPU and the JetStream messages
-//     each way takes;
+//     each way takes. The webhooks come from a minimal HTTP/1.1 writer
+//     (internal/loadgen) on one keep-alive connection a worker, in this
+//     process and on its cores; what it costs is measured beside, as the
+//     CPU of the same requests to a handler that answers 202 at once
+//     (and the same from net/http's client);
 //   - ingest-r3: the same on a three-node cluster, streams replicated
 //     three times;
 //   - step: durable steps (a scripted model calling a no-op, replay-safe

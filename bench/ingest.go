@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
 	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/loadgen"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -87,21 +89,15 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		_ = hs.Shutdown(sctx)
 		wg.Wait()
 	}()
-	url := "http://" + l.Addr().String() + "/webhooks/github"
 	n, conc := e.cfg.Events, e.cfg.Concurrency
 	body := prBody(1)
 	// pool is how many pull requests (sessions) the webhooks are spread over.
 	const pool = 64
-	// A write buffer that holds a request whole: the sender, in this
-	// process, allocates no 32 KB copy buffer per request that the
-	// ingest would pay the collection of.
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, WriteBufferSize: 64 << 10}, Timeout: 30 * time.Second}
-
 	kv, err := e.js.KeyValue(ctx, e.names.BucketDedupe())
 	if err != nil {
 		return nil, err
 	}
-	rawOp := func(ctx context.Context, i int) error {
+	rawOp := func(ctx context.Context, _, i int) error {
 		if _, err := kv.Create(ctx, e.names.DedupeKey("https://github.com/bench/raw", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
 			return err
 		}
@@ -115,8 +111,44 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		_, err = e.js.PublishMsg(ctx, m)
 		return err
 	}
-	// The bodies and their signatures are made before: they are the
-	// sender's work, not the receiver's.
+	// The sender is the load, not what is measured, but it runs in this
+	// process, on the same cores: a load generator as cheap as wrk's, one
+	// keep-alive connection a worker, each request one write of bytes
+	// built before (the bodies and their signatures are the sender's
+	// work, not the receiver's); only the delivery id changes.
+	requests, err := signedRequests(l.Addr().String(), pool)
+	if err != nil {
+		return nil, err
+	}
+	conns := newConns(l.Addr().String(), conc)
+	defer closeConns(conns)
+	ingestOp := func(_ context.Context, w, i int) error {
+		if err := conns[w].Expect(requests[i%pool], "bench-"+strconv.Itoa(i), http.StatusAccepted); err != nil {
+			return fmt.Errorf("webhook %d: %w", i, err)
+		}
+		return nil
+	}
+	// What the sender costs, in the same rounds: the same requests to a
+	// handler that answers 202 at once, from the load generator and from
+	// net/http's client.
+	trivial, err := startTrivial()
+	if err != nil {
+		return nil, err
+	}
+	defer trivial.stop()
+	trivialRequests, err := signedRequests(trivial.addr, pool)
+	if err != nil {
+		return nil, err
+	}
+	trivialConns := newConns(trivial.addr, conc)
+	defer closeConns(trivialConns)
+	senderOp := func(_ context.Context, w, i int) error {
+		return trivialConns[w].Expect(trivialRequests[i%pool], "bench-"+strconv.Itoa(i), http.StatusAccepted)
+	}
+	// A write buffer that holds a request whole, so that net/http's
+	// client allocates no 32 KB copy buffer per request.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, WriteBufferSize: 64 << 10}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
 	type signed struct {
 		body []byte
 		sig  string
@@ -126,9 +158,9 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		b := prBody(i)
 		bodies[i] = signed{b, ingest.Sign([]byte(ingestSecret), b)}
 	}
-	ingestOp := func(ctx context.Context, i int) error {
+	clientOp := func(ctx context.Context, _, i int) error {
 		sb := bodies[i%pool]
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(sb.body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+trivial.addr+"/webhooks/github", bytes.NewReader(sb.body))
 		if err != nil {
 			return err
 		}
@@ -144,7 +176,7 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("webhook %d answered %d", i, resp.StatusCode)
+			return fmt.Errorf("answered %d", resp.StatusCode)
 		}
 		return nil
 	}
@@ -158,22 +190,31 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 	// the rates' ratio tends to the inverse of the CPU's.
 	nc := e.js.Conn()
 	var rawMsgs, ingestMsgs uint64
-	var rawCPU, ingestCPU time.Duration
+	var rawCPU, ingestCPU, senderCPU, clientCPU time.Duration
 	for r := range rounds {
 		from, to := r*n/rounds, (r+1)*n/rounds
 		msgs0, cpu0 := nc.Stats().OutMsgs, cpuTime()
-		d, err := parallel(ctx, to-from, conc, func(ctx context.Context, i int) error { return rawOp(ctx, from+i) })
+		d, err := parallel(ctx, to-from, conc, func(ctx context.Context, w, i int) error { return rawOp(ctx, w, from+i) })
 		if err != nil {
 			return nil, fmt.Errorf("raw operations: %w", err)
 		}
 		raw += d
 		msgs1, cpu1 := nc.Stats().OutMsgs, cpuTime()
-		if d, err = parallel(ctx, to-from, conc, func(ctx context.Context, i int) error { return ingestOp(ctx, from+i) }); err != nil {
+		if d, err = parallel(ctx, to-from, conc, func(ctx context.Context, w, i int) error { return ingestOp(ctx, w, from+i) }); err != nil {
 			return nil, fmt.Errorf("webhooks: %w", err)
 		}
 		via += d
+		cpu2 := cpuTime()
 		rawMsgs, ingestMsgs = rawMsgs+msgs1-msgs0, ingestMsgs+nc.Stats().OutMsgs-msgs1
-		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpuTime()-cpu1
+		rawCPU, ingestCPU = rawCPU+cpu1-cpu0, ingestCPU+cpu2-cpu1
+		if _, err := parallel(ctx, to-from, conc, func(ctx context.Context, w, i int) error { return senderOp(ctx, w, from+i) }); err != nil {
+			return nil, fmt.Errorf("load generator to a 202 handler: %w", err)
+		}
+		cpu3 := cpuTime()
+		if _, err := parallel(ctx, to-from, conc, func(ctx context.Context, w, i int) error { return clientOp(ctx, w, from+i) }); err != nil {
+			return nil, fmt.Errorf("net/http client to a 202 handler: %w", err)
+		}
+		senderCPU, clientCPU = senderCPU+cpu3-cpu2, clientCPU+cpuTime()-cpu3
 	}
 	// The copies of what both ways write to.
 	placed, err := e.placed(ctx, e.names.StreamIn(), streams.KVStream(e.names.BucketDedupe()))
@@ -191,6 +232,12 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		"raw-js-msgs/op": float64(rawMsgs) / float64(n),
 		"cpu-us/event":   float64(ingestCPU.Microseconds()) / float64(n),
 		"raw-cpu-us/op":  float64(rawCPU.Microseconds()) / float64(n),
+		// The CPU of the process a request to a handler that answers
+		// 202 at once: the load generator and net/http's server side
+		// of the exchange (which a webhook's cpu-us/event has too);
+		// and the same from net/http's client.
+		"sender-cpu-us/op":         float64(senderCPU.Microseconds()) / float64(n),
+		"nethttp-sender-cpu-us/op": float64(clientCPU.Microseconds()) / float64(n),
 	}, nil
 }
 
@@ -204,9 +251,68 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// parallel calls op for 1..n from conc goroutines and returns how long it
-// took; the first error stops it.
-func parallel(ctx context.Context, n, conc int, op func(ctx context.Context, i int) error) (time.Duration, error) {
+// signedRequests are the load generator's webhooks to the ingest at addr,
+// one a pull request of the pool, signed.
+func signedRequests(addr string, pool int) ([]*loadgen.Request, error) {
+	out := make([]*loadgen.Request, pool)
+	for i := range out {
+		b := prBody(i)
+		hdr := http.Header{}
+		hdr.Set(ingest.HeaderGitHubEvent, "pull_request")
+		hdr.Set(ingest.HeaderGitHubSignature, ingest.Sign([]byte(ingestSecret), b))
+		hdr.Set("Content-Type", "application/json")
+		r, err := loadgen.NewRequest(http.MethodPost, addr, "/webhooks/github", hdr, ingest.HeaderGitHubDelivery, b)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// newConns are n load generator connections to addr, one a worker.
+func newConns(addr string, n int) []*loadgen.Conn {
+	conns := make([]*loadgen.Conn, n)
+	for i := range conns {
+		conns[i] = loadgen.NewConn(addr, 30*time.Second)
+	}
+	return conns
+}
+
+// closeConns closes the connections.
+func closeConns(conns []*loadgen.Conn) {
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// trivialServer is an HTTP server on loopback whose handler answers 202
+// at once: what the sender's requests cost without a receiver's work.
+type trivialServer struct {
+	addr string
+	stop func()
+}
+
+// startTrivial starts a trivialServer.
+func startTrivial() (*trivialServer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = hs.Serve(l) })
+	return &trivialServer{addr: l.Addr().String(), stop: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+		wg.Wait()
+	}}, nil
+}
+
+// parallel calls op for 1..n from conc goroutines (w, 0..conc-1, the
+// caller's) and returns how long it took; the first error stops it.
+func parallel(ctx context.Context, n, conc int, op func(ctx context.Context, w, i int) error) (time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var next atomic.Int64
@@ -214,14 +320,14 @@ func parallel(ctx context.Context, n, conc int, op func(ctx context.Context, i i
 	var first error
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range conc {
+	for w := range conc {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))
 				if i > n || ctx.Err() != nil {
 					return
 				}
-				if err := op(ctx, i); err != nil {
+				if err := op(ctx, w, i); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err

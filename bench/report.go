@@ -66,6 +66,9 @@ func ingestRows(name, label string) []row {
 		{name, label + ": CPU and JetStream messages a webhook, vs raw", func(f map[string]float64) string {
 			return fmt.Sprintf("%.0f µs, %.1f vs %.0f µs, %.1f", f["cpu-us/event"], f["js-msgs/event"], f["raw-cpu-us/op"], f["raw-js-msgs/op"])
 		}},
+		{name, label + ": CPU of the sender's request to a 202 handler, vs net/http's client", func(f map[string]float64) string {
+			return fmt.Sprintf("%.0f µs vs %.0f µs", f["sender-cpu-us/op"], f["nethttp-sender-cpu-us/op"])
+		}},
 	}
 }
 
@@ -148,7 +151,7 @@ func (r Report) Write(w io.Writer) error {
 		return err
 	}
 	c := r.Config
-	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time; raw: a jl_dedupe create and a publish each; ingest R3: the same on a three-node cluster, replicas 3.\n", c.Events, sizeOf(r), c.Concurrency)
+	fmt.Fprintf(w, "\ningest: %d signed webhooks of %s, %d at a time, from a minimal HTTP/1.1 writer on keep-alive connections in this process; raw: a jl_dedupe create and a publish each; sender: the same requests to a handler that answers 202 at once (the sender and net/http's server side together); ingest R3: the same on a three-node cluster, replicas 3.\n", c.Events, sizeOf(r), c.Concurrency)
 	fmt.Fprintf(w, "step: %d steps of one session, then of %d at once on one worker (scripted model, no-op replay-safe tool); raw: per step a KV create of %s and a compare-and-set of %s, what the best possible implementation needs; step R3: the same on a three-node cluster, replicas 3.\n",
 		c.Steps, StepSessions[len(StepSessions)-1], bytesOf(r, "create-bytes"), bytesOf(r, "state-bytes"))
 	fmt.Fprintf(w, "control: %d of each, publish waiting for the JL_CTL ack; raw: delivery to an ordered consumer.\n", c.Control)
