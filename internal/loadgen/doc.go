@@ -14,7 +14,11 @@
 //
 // It owns only what the ingest answers: answers framed by Content-Length
 // (or without a body), on HTTP/1.1 or HTTP/1.0, interim 1xx answers
-// skipped, `Connection: close` honoured by dialling again. A chunked or
+// skipped, `Connection: close` honoured by dialling again. A connection
+// the server closed while it was idle is found before the next request
+// is written (a peek that does not wait) and dialled again; a request
+// once written is never sent again, so a request the server read and did
+// not answer is an error, never counted as answered. A chunked or
 // connection-delimited answer, an upgrade or a malformed answer is an
 // error that says what came. It does not do TLS, redirects, proxies,
 // cookies, compression, HTTP/2 or pipelining, and it is not safe for use

@@ -106,7 +106,7 @@ type Conn struct {
 	timeout time.Duration
 	nc      net.Conn
 	br      *bufio.Reader
-	reused  bool // nc has carried an answer already
+	reused  bool // nc has carried an answer already (and may have been closed since)
 	dials   int
 	vec     [3][]byte
 	bufs    net.Buffers
@@ -140,22 +140,21 @@ func (c *Conn) Close() error {
 }
 
 // Do sends r with val as its varying header's value and reads the answer:
-// its status code, the start of its body in Body. A connection that has
-// carried an answer before and is found closed before any byte of the
-// next answer (the server closed it while idle) is dialled again and the
-// request sent once more, so what is sent must be safe to send twice (a
-// webhook delivery is deduplicated by its id). Any other failure closes
-// the connection and is returned.
+// its status code, the start of its body in Body. Before a request is
+// written on a connection that has carried an answer, the connection is
+// looked at without waiting: one the server closed while it was idle (or
+// that holds bytes no request asked for) is closed and dialled again. A
+// request once written is never sent again: a failure after it (the
+// connection closed before its answer, a timeout, an answer this reader
+// refuses) closes the connection and is returned, as net/http's client
+// does for a POST, so no request the server did not answer is counted
+// as answered.
 func (c *Conn) Do(r *Request, val string) (int, error) {
 	if !value(val) {
 		return 0, fmt.Errorf("loadgen: header value %q has a CR, LF or NUL", val)
 	}
 	c.val = append(c.val[:0], val...)
-	status, sent, err := c.try(r)
-	if err != nil && !sent && c.reused {
-		_ = c.Close()
-		status, _, err = c.try(r)
-	}
+	status, err := c.try(r)
 	if err != nil {
 		_ = c.Close()
 		return 0, err
@@ -186,15 +185,23 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("answered %d %s, want %d: %q", e.Status, http.StatusText(e.Status), e.Want, e.Body)
 }
 
-// try sends r once on the connection (dialled if there is none) and
-// reads its answer. sent is false when the failure came before any byte
-// of the answer, on a connection that was open when try began.
-func (c *Conn) try(r *Request) (status int, sent bool, err error) {
+// try sends r once on the connection (dialled if there is none, or if
+// the one there was closed while idle) and reads its answer.
+func (c *Conn) try(r *Request) (int, error) {
+	if c.nc != nil {
+		// The deadline first: the look at the idle connection is a read.
+		if err := c.deadline(); err != nil {
+			return 0, err
+		}
+		if c.reused && (c.br.Buffered() > 0 || idleClosed(c.nc)) {
+			_ = c.Close()
+		}
+	}
 	if c.nc == nil {
 		d := net.Dialer{Timeout: c.timeout}
 		nc, err := d.Dial("tcp", c.addr)
 		if err != nil {
-			return 0, true, fmt.Errorf("loadgen: dial %s: %w", c.addr, err)
+			return 0, fmt.Errorf("loadgen: dial %s: %w", c.addr, err)
 		}
 		c.dials++
 		c.nc, c.reused = nc, false
@@ -203,32 +210,37 @@ func (c *Conn) try(r *Request) (status int, sent bool, err error) {
 		} else {
 			c.br.Reset(nc)
 		}
-	}
-	if c.timeout > 0 {
-		if err := c.nc.SetDeadline(time.Now().Add(c.timeout)); err != nil {
-			return 0, true, fmt.Errorf("loadgen: %s: %w", c.addr, err)
+		if err := c.deadline(); err != nil {
+			return 0, err
 		}
 	}
 	c.vec = [3][]byte{r.head, c.val, r.tail}
 	c.bufs = c.vec[:]
 	if _, err := c.bufs.WriteTo(c.nc); err != nil {
-		return 0, false, fmt.Errorf("loadgen: write to %s: %w", c.addr, err)
-	}
-	if _, err := c.br.Peek(1); err != nil {
-		// A timeout is the server's slowness, not a connection it closed.
-		var ne net.Error
-		return 0, errors.As(err, &ne) && ne.Timeout(), fmt.Errorf("loadgen: read from %s: %w", c.addr, err)
+		return 0, fmt.Errorf("loadgen: write to %s: %w", c.addr, err)
 	}
 	status, keep, err := readAnswer(c.br, &c.body)
 	if err != nil {
-		return 0, true, fmt.Errorf("loadgen: answer from %s: %w", c.addr, err)
+		return 0, fmt.Errorf("loadgen: answer from %s: %w", c.addr, err)
 	}
 	if !keep {
 		_ = c.Close()
 	} else {
 		c.reused = true
 	}
-	return status, true, nil
+	return status, nil
+}
+
+// deadline sets the connection's deadline for one request, if the Conn
+// has a timeout.
+func (c *Conn) deadline() error {
+	if c.timeout <= 0 {
+		return nil
+	}
+	if err := c.nc.SetDeadline(time.Now().Add(c.timeout)); err != nil {
+		return fmt.Errorf("loadgen: %s: %w", c.addr, err)
+	}
+	return nil
 }
 
 // errFraming is an answer whose end this reader cannot find or will not

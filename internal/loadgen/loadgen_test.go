@@ -26,6 +26,7 @@ type server struct {
 	*httptest.Server
 	conns    atomic.Int64 // connections accepted
 	requests atomic.Int64
+	dropped  atomic.Bool // a "drop" delivery was read and left unanswered once
 	mu       sync.Mutex
 	bad      []string // what a request lacked
 }
@@ -46,6 +47,18 @@ func newServer(t *testing.T) *server {
 			s.mu.Unlock()
 		}
 		switch d {
+		case "drop":
+			// Read whole, then the connection closed without an
+			// answer, the first time.
+			if !s.dropped.Swap(true) {
+				nc, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					nc.Close()
+				}
+				return
+			}
+			w.WriteHeader(http.StatusAccepted)
+			return
 		case "big":
 			w.Header().Set("Content-Length", strconv.Itoa(bigBody))
 			_, _ = w.Write(bytes.Repeat([]byte("b"), bigBody))
@@ -179,6 +192,34 @@ func TestServerClosesConnection(t *testing.T) {
 	}
 	if c.Dials() != closes+2 || s.requests.Load() != before+1 {
 		t.Fatalf("after the server closed the idle connection: %d dials, %d requests", c.Dials(), s.requests.Load()-before)
+	}
+}
+
+// TestRequestReadAndUnansweredNotSentAgain: a request the server read
+// whole and never answered (its connection closed after) is an error, as
+// net/http's client makes it for a POST, and not sent again on a new
+// connection, where an answer to the copy would count it as answered.
+func TestRequestReadAndUnansweredNotSentAgain(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	if err := c.Expect(r, "202-first", http.StatusAccepted); err != nil {
+		t.Fatal(err)
+	}
+	status, err := c.Do(r, "drop")
+	if err == nil {
+		t.Fatalf("a request closed unanswered was answered %d (%d requests at the server)", status, s.requests.Load())
+	}
+	if !strings.Contains(err.Error(), addr(s)) {
+		t.Fatalf("error %q does not name the address", err)
+	}
+	if n := s.requests.Load(); n != 2 {
+		t.Fatalf("server saw %d requests, want 2 (the unanswered one not sent again)", n)
+	}
+	// The next request goes on a new connection.
+	if err := c.Expect(r, "202-next", http.StatusAccepted); err != nil || c.Dials() != 2 {
+		t.Fatalf("after the unanswered request: %v, %d dials", err, c.Dials())
 	}
 }
 
