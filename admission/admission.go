@@ -141,6 +141,7 @@ type Admitter struct {
 	now     func() time.Time
 	limiter *limiter
 	in      jetstream.Stream
+	audit   *auditWriter
 }
 
 // New returns an Admitter over rules, with its state in the deployment's
@@ -157,6 +158,7 @@ func New(ctx context.Context, js jetstream.JetStream, rules *Rules, cfg Config) 
 	}
 	return &Admitter{
 		js: js, names: cfg.Names, rules: rules, log: cfg.Log, now: cfg.Now, in: in,
+		audit:   &auditWriter{js: js},
 		limiter: &limiter{js: js, kv: kv, names: cfg.Names, now: cfg.Now},
 	}, nil
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,17 +81,28 @@ func oneLine(s string) string {
 	return s
 }
 
-// Messages returns what records the decisions ds for e: an audit record
+// Messages returns what records the decisions ds for e: Records' audit
+// records and dead letters in one slice. Publish them and await every
+// acknowledgement before answering the sender.
+func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int) ([]*nats.Msg, error) {
+	records, deadLetters, err := a.Records(e, ds, counts)
+	if err != nil {
+		return nil, err
+	}
+	return append(records, deadLetters...), nil
+}
+
+// Records returns what records the decisions ds for e: an audit record
 // for every decision that is not "no trigger matched" (one record stands
 // for all of those when nothing matched at all; a request an agent's
 // requests setting refuses is recorded as such), and a dead letter with
-// the event for
-// every rule that failed to evaluate. counts gives the burst count of
-// debounced decisions, by agent; it may be nil. Publish them and await
-// every acknowledgement before answering the sender.
-func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int) ([]*nats.Msg, error) {
+// the event for every rule that failed to evaluate. counts gives the
+// burst count of debounced decisions, by agent; it may be nil. Write the
+// records with WriteRecords (or Publish them) and publish the dead
+// letters, and await every acknowledgement before answering the sender;
+// PublishDecided does all of it.
+func (a *Admitter) Records(e event.Event, ds []Decision, counts map[string]int) (records, deadLetters []*nats.Msg, err error) {
 	now := a.now().UTC()
-	var out []*nats.Msg
 	matched := false
 	for _, d := range ds {
 		if d.Outcome == Rejected && d.Trigger == "" {
@@ -102,15 +114,15 @@ func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int)
 		rec.Reason = oneLine(rec.Reason)
 		m, err := a.auditMsg(e, d.Agent, rec)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, m)
+		records = append(records, m)
 		if d.Outcome == Failed || d.Outcome == NoRoom {
 			dl, err := a.deadLetter(e, d)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			out = append(out, dl)
+			deadLetters = append(deadLetters, dl)
 		}
 	}
 	if !matched {
@@ -120,11 +132,26 @@ func (a *Admitter) Messages(e event.Event, ds []Decision, counts map[string]int)
 		}
 		m, err := a.auditMsg(e, NoAgent, Record{Time: now, Event: info(e), Decision: Decision{Outcome: Rejected, Reason: reason}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out = append(out, m)
+		records = append(records, m)
 	}
-	return out, nil
+	return records, deadLetters, nil
+}
+
+// PublishDecided publishes msgs (admitted events, dead letters) as
+// PublishSeqs does and, at the same time, the decision records through
+// WriteRecords, and returns once JetStream has acknowledged all of them,
+// with the stream sequence of each of msgs.
+func (a *Admitter) PublishDecided(ctx context.Context, js jetstream.JetStream, msgs, records []*nats.Msg) ([]uint64, error) {
+	futures, err := publishAsync(js, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.WriteRecords(ctx, records); err != nil {
+		return nil, err
+	}
+	return awaitAcks(ctx, futures)
 }
 
 // DuplicateMessage returns the audit record of a duplicate delivery of e.
@@ -191,6 +218,14 @@ func Publish(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) erro
 // PublishSeqs is Publish returning each message's stream sequence, in
 // the order of msgs.
 func PublishSeqs(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) ([]uint64, error) {
+	futures, err := publishAsync(js, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return awaitAcks(ctx, futures)
+}
+
+func publishAsync(js jetstream.JetStream, msgs []*nats.Msg) ([]jetstream.PubAckFuture, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		f, err := js.PublishMsgAsync(m)
@@ -199,6 +234,10 @@ func PublishSeqs(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) 
 		}
 		futures = append(futures, f)
 	}
+	return futures, nil
+}
+
+func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) ([]uint64, error) {
 	seqs := make([]uint64, len(futures))
 	var errs []error
 	for i, f := range futures {
@@ -216,6 +255,11 @@ func PublishSeqs(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg) 
 
 // Recent returns up to n of the newest admission records in JL_AUDIT
 // written since the given time, oldest first; agent "" means every agent.
+// A message may hold one record (a JSON object) or several (one a line,
+// see HeaderRecords); a line that is not a record is skipped. A decision
+// stored twice (the same event, source, agent, outcome and trigger within
+// recordWindow, as a retry after a failed write stores it) is returned
+// once, the first; every record of one message has its Seq.
 func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) ([]Record, error) {
 	filter := names.AuditAll()
 	if agent != "" {
@@ -241,6 +285,7 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 	}
 	pending := info.NumPending
 	var out []Record
+	seen := recordsSeen{}
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -254,14 +299,20 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 				continue
 			}
 			pending = md.NumPending
-			var rec Record
-			if json.Unmarshal(m.Data(), &rec) != nil {
-				continue
-			}
-			rec.Seq = md.Sequence.Stream
-			out = append(out, rec)
-			if len(out) > n {
-				out = out[1:]
+			for line := range bytes.Lines(m.Data()) {
+				var rec Record
+				if json.Unmarshal(line, &rec) != nil {
+					// A line that is not a record: the others stand.
+					continue
+				}
+				if seen.repeats(rec) {
+					continue
+				}
+				rec.Seq = md.Sequence.Stream
+				out = append(out, rec)
+				if len(out) > n {
+					out = out[1:]
+				}
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
@@ -272,4 +323,40 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 		}
 	}
 	return out, nil
+}
+
+// recordWindow is the span within which two records of one decision are
+// one stored twice: JL_AUDIT's duplicate window (the server's default),
+// inside which a lone record's Nats-Msg-Id would have dropped the second.
+const recordWindow = 2 * time.Minute
+
+// recordKey is what names a decision: its Nats-Msg-Id's parts.
+type recordKey struct {
+	id, source, agent, trigger string
+	outcome                    Outcome
+}
+
+// recordsSeen remembers the records read, by key, to drop repeats.
+type recordsSeen map[recordKey]time.Time
+
+// repeats reports whether rec repeats a record seen within recordWindow,
+// and remembers it otherwise.
+func (s recordsSeen) repeats(rec Record) bool {
+	k := recordKey{id: rec.Event.ID, source: rec.Event.Source, agent: rec.Agent, trigger: rec.Trigger, outcome: rec.Outcome}
+	if t, ok := s[k]; ok {
+		if d := rec.Time.Sub(t); d < recordWindow && d > -recordWindow {
+			return true
+		}
+	}
+	if len(s) >= 1<<14 {
+		// Records come about in time order: those older than the
+		// window can repeat no more.
+		for k, t := range s {
+			if rec.Time.Sub(t) >= recordWindow {
+				delete(s, k)
+			}
+		}
+	}
+	s[k] = rec.Time
+	return false
 }

@@ -110,12 +110,15 @@ func Publish(js jetstream.JetStream, adm *admission.Admitter, names streams.Name
 		if err != nil {
 			return nil, err
 		}
-		records, err := adm.Messages(light, d.Decisions, counts)
+		records, deadLetters, err := adm.Records(light, d.Decisions, counts)
 		if err != nil {
 			return nil, err
 		}
+		msgs = append(msgs, deadLetters...)
 		span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)+len(records)))
-		seqs, err := admission.PublishSeqs(ctx, js, append(msgs, records...))
+		// The decision records of concurrent events are written together
+		// (admission's group commit); each delivery still waits for its own.
+		seqs, err := adm.PublishDecided(ctx, js, msgs, records)
 		if err != nil {
 			m.publishFailures.Inc()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -1,0 +1,268 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bounds of one JL_AUDIT message that holds the decision records of
+// several events, far below the server's max payload (1 MiB by default).
+const (
+	// MaxGroupRecords is the most records one message holds.
+	MaxGroupRecords = 256
+	// MaxGroupBytes is the most bytes of records one message holds.
+	MaxGroupBytes = 256 << 10
+)
+
+// HeaderRecords is set on a JL_AUDIT message that holds more than one
+// decision record: how many it holds, one JSON object a line.
+const HeaderRecords = "Jetloop-Records"
+
+// maxRecordWait bounds how long a write of decision records waits for
+// JetStream's acknowledgement when none of its callers' contexts has a
+// deadline: after it, the write fails and the next one starts.
+const maxRecordWait = 30 * time.Second
+
+// auditWriter writes decision records with group commit. While no write
+// is in flight, a caller's records are published at once, each alone, as
+// Record builds them; records that arrive while one is in flight wait,
+// and are published together once it is acknowledged: one message per
+// subject (per agent), its body their records one a line (JSON lines; a
+// single record is the plain object it always was). So under concurrency
+// a burst of events costs JL_AUDIT one stored message per agent and
+// round trip, not one per event, and a lone event is written exactly as
+// before.
+//
+// A group carries no Nats-Msg-Id: what it holds depends on which events
+// happened to arrive together, so no retry would send the same group
+// again. A record whose write failed after the server had stored it (its
+// acknowledgement lost, the caller's deadline passed) is stored again by
+// the sender's retry, alone or in another group: the same decision twice.
+// Recent shows such a record once.
+//
+// It runs a goroutine only while a write is in flight; idle, it holds
+// nothing but its mutex and needs no closing.
+type auditWriter struct {
+	js jetstream.JetStream
+
+	mu    sync.Mutex
+	busy  bool
+	queue []*recordCall
+}
+
+// recordCall is one caller's records on their way.
+type recordCall struct {
+	msgs     []*nats.Msg
+	deadline time.Time // zero: the caller has none
+	done     chan error
+	err      error // the first failure of a message holding its records
+}
+
+// WriteRecords publishes the decision records msgs (the JL_AUDIT
+// messages of Records) and returns once JetStream has acknowledged every
+// message holding them, or with an error naming what failed: the
+// records' message was refused or not acknowledged, or ctx ended first
+// (the records may still be stored). Under concurrency the records of
+// several callers are written together (see auditWriter); each caller
+// waits for its own.
+func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	c := &recordCall{msgs: msgs, done: make(chan error, 1)}
+	c.deadline, _ = ctx.Deadline()
+	w := a.audit
+	w.mu.Lock()
+	if w.busy {
+		w.queue = append(w.queue, c)
+		w.mu.Unlock()
+		select {
+		case err := <-c.done:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, ctx.Err())
+		}
+	}
+	w.busy = true
+	w.mu.Unlock()
+	// Nothing in flight: published at once, each alone, and awaited
+	// here, as any publish is.
+	var r round
+	for _, m := range msgs {
+		r.publish(w.js, m, []*recordCall{c})
+	}
+	if !r.awaitCtx(ctx) {
+		// The round still has to end before the next starts.
+		go w.run(r, nil)
+		return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, ctx.Err())
+	}
+	if calls := w.next(); calls != nil {
+		go w.run(group(w.js, calls), calls)
+	}
+	return c.err
+}
+
+// next takes what queued while a round was in flight, or marks the
+// writer idle when nothing did.
+func (w *auditWriter) next() []*recordCall {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	calls := w.queue
+	w.queue = nil
+	if len(calls) == 0 {
+		w.busy = false
+	}
+	return calls
+}
+
+// run awaits the round r of calls, answers them, and publishes what
+// queued meanwhile, until nothing did.
+func (w *auditWriter) run(r round, calls []*recordCall) {
+	for {
+		r.await(calls)
+		for _, c := range calls {
+			c.done <- c.err
+		}
+		if calls = w.next(); calls == nil {
+			return
+		}
+		r = group(w.js, calls)
+	}
+}
+
+// round is the messages of one write in flight.
+type round struct {
+	futures []jetstream.PubAckFuture
+	holders [][]*recordCall // the calls whose records each future holds
+}
+
+func (r *round) publish(js jetstream.JetStream, m *nats.Msg, holders []*recordCall) {
+	f, err := js.PublishMsgAsync(m)
+	if err != nil {
+		fail(holders, fmt.Errorf("admission: record decisions on %s: %w", m.Subject, err))
+		return
+	}
+	r.futures = append(r.futures, f)
+	r.holders = append(r.holders, holders)
+}
+
+// await waits for every acknowledgement of r, until the latest deadline
+// of calls (or maxRecordWait), and sets each call's error.
+func (r *round) await(calls []*recordCall) {
+	limit := time.Now().Add(maxRecordWait)
+	var latest time.Time
+	if len(calls) == 0 {
+		latest = limit
+	}
+	for _, c := range calls {
+		if c.deadline.IsZero() {
+			latest = limit
+			break
+		}
+		latest = later(latest, c.deadline)
+	}
+	if latest.After(limit) {
+		latest = limit
+	}
+	t := time.NewTimer(time.Until(latest))
+	defer t.Stop()
+	for i, f := range r.futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			fail(r.holders[i], fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, err))
+		case <-t.C:
+			// Nobody waits any more: the rest fail alike.
+			for _, h := range r.holders[i:] {
+				fail(h, fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, context.DeadlineExceeded))
+			}
+			return
+		}
+	}
+}
+
+// awaitCtx awaits every acknowledgement of r, setting the error of the
+// calls each one holds, and reports false, r left with what it still
+// awaits, if ctx ended first.
+func (r *round) awaitCtx(ctx context.Context) bool {
+	for i, f := range r.futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			fail(r.holders[i], fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, err))
+		case <-ctx.Done():
+			r.futures, r.holders = r.futures[i:], r.holders[i:]
+			return false
+		}
+	}
+	return true
+}
+
+func fail(calls []*recordCall, err error) {
+	for _, c := range calls {
+		if c.err == nil {
+			c.err = err
+		}
+	}
+}
+
+// group publishes the records of calls, one message per subject and
+// bound (MaxGroupRecords, MaxGroupBytes), in the order they came.
+func group(js jetstream.JetStream, calls []*recordCall) round {
+	type part struct {
+		msgs    []*nats.Msg
+		bytes   int
+		holders []*recordCall
+	}
+	var r round
+	open := map[string]*part{}
+	var order []string
+	flush := func(subject string) {
+		p := open[subject]
+		delete(open, subject)
+		m := p.msgs[0]
+		if len(p.msgs) > 1 {
+			m = nats.NewMsg(subject)
+			m.Data = make([]byte, 0, p.bytes)
+			for i, one := range p.msgs {
+				if i > 0 {
+					m.Data = append(m.Data, '\n')
+				}
+				m.Data = append(m.Data, one.Data...)
+			}
+			m.Header.Set(HeaderRecords, strconv.Itoa(len(p.msgs)))
+		}
+		r.publish(js, m, p.holders)
+	}
+	for _, c := range calls {
+		for _, m := range c.msgs {
+			p := open[m.Subject]
+			if p != nil && (len(p.msgs) == MaxGroupRecords || p.bytes+1+len(m.Data) > MaxGroupBytes) {
+				flush(m.Subject)
+				p = nil
+			}
+			if p == nil {
+				p = &part{}
+				open[m.Subject] = p
+				order = append(order, m.Subject)
+			}
+			p.msgs = append(p.msgs, m)
+			p.bytes += 1 + len(m.Data)
+			if n := len(p.holders); n == 0 || p.holders[n-1] != c {
+				p.holders = append(p.holders, c)
+			}
+		}
+	}
+	for _, s := range order {
+		if open[s] != nil {
+			flush(s)
+		}
+	}
+	return r
+}
