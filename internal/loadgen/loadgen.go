@@ -312,15 +312,19 @@ func readHead(br *bufio.Reader) (status int, keep bool, length int64, err error)
 	if status < 100 {
 		return 0, false, 0, fmt.Errorf("status line %q", start(line))
 	}
+	// HTTP/1.1 keeps the connection unless the answer says close;
+	// HTTP/1.0 closes it unless it says keep-alive and not close (close
+	// wins wherever it is, as net/http reads it).
 	http10 := line[7] == '0'
-	keep, length = !http10, -1
+	var closes, keepAlive bool
+	length = -1
 	for n := 0; ; n++ {
 		line, err := readLine(br)
 		if err != nil {
 			return 0, false, 0, fmt.Errorf("header: %w", err)
 		}
 		if len(line) == 0 {
-			return status, keep, length, nil
+			return status, !closes && (!http10 || keepAlive), length, nil
 		}
 		if n == maxHeaderLines {
 			return 0, false, 0, fmt.Errorf("more than %d header lines", maxHeaderLines)
@@ -349,9 +353,9 @@ func readHead(br *bufio.Reader) (status int, keep bool, length int64, err error)
 			for tok := range bytes.SplitSeq(v, []byte(",")) {
 				switch tok = bytes.Trim(tok, " \t"); {
 				case ascii(tok, "close"):
-					keep = false
-				case http10 && ascii(tok, "keep-alive"):
-					keep = true
+					closes = true
+				case ascii(tok, "keep-alive"):
+					keepAlive = true
 				}
 			}
 		}

@@ -341,6 +341,8 @@ func TestReadAnswer(t *testing.T) {
 		{name: "Connection close", in: "HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 0\r\n\r\n", status: 200},
 		{name: "HTTP/1.0", in: "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", status: 200, body: "x"},
 		{name: "HTTP/1.0 keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx", status: 200, keep: true, body: "x"},
+		{name: "HTTP/1.0 close before keep-alive", in: "HTTP/1.0 200 OK\r\nConnection: close, keep-alive\r\nContent-Length: 0\r\n\r\n", status: 200},
+		{name: "HTTP/1.0 close on a line of its own", in: "HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n", status: 200},
 		{name: "interim answers skipped", in: "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 1\r\n\r\nk", status: 202, keep: true, body: "k"},
 		{name: "204 without length", in: "HTTP/1.1 204 No Content\r\n\r\nNEXT", status: 204, keep: true, rest: "NEXT"},
 		{name: "same length twice", in: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\nx", status: 200, keep: true, body: "x"},
