@@ -39,12 +39,16 @@ type Request struct {
 // path, "/webhooks/github") to host (the Host header), with the headers
 // in header, a header named vary whose value each request gives, and
 // body (its Content-Length is set; the request keeps body, which must not
-// change). Header names and values with a CR, an LF or a NUL, names that
+// change). HEAD and CONNECT (whose answers' Content-Length frames no
+// body), header names and values with a CR, an LF or a NUL, names that
 // are not tokens, and the headers the request sets itself (Host,
 // Content-Length, Transfer-Encoding, Connection) are refused.
 func NewRequest(method, host, target string, header http.Header, vary string, body []byte) (*Request, error) {
 	if !token(method) {
 		return nil, fmt.Errorf("loadgen: method %q is not a token", method)
+	}
+	if method == http.MethodHead || method == http.MethodConnect {
+		return nil, fmt.Errorf("loadgen: method %s: its answer is not framed by its Content-Length, which is all this reader reads", method)
 	}
 	if !strings.HasPrefix(target, "/") || strings.ContainsAny(target, " \r\n\x00") {
 		return nil, fmt.Errorf("loadgen: target %q is not a path", target)

@@ -299,6 +299,11 @@ func TestNewRequestRefuses(t *testing.T) {
 		vary                 string
 	}{
 		{name: "method with a space", method: "PO ST", host: "h", target: "/", vary: "X-D"},
+		// Answers to these have no body whatever their Content-Length
+		// says, or are a tunnel: the reader would wait for a body that
+		// never comes.
+		{name: "HEAD", method: "HEAD", host: "h", target: "/", vary: "X-D"},
+		{name: "CONNECT", method: "CONNECT", host: "h", target: "/", vary: "X-D"},
 		{name: "target not a path", method: "POST", host: "h", target: "http://h/", vary: "X-D"},
 		{name: "target with CRLF", method: "POST", host: "h", target: "/a\r\nX: y", vary: "X-D"},
 		{name: "no host", method: "POST", target: "/", vary: "X-D"},
