@@ -299,12 +299,7 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 				continue
 			}
 			pending = md.NumPending
-			for line := range bytes.Lines(m.Data()) {
-				var rec Record
-				if json.Unmarshal(line, &rec) != nil {
-					// A line that is not a record: the others stand.
-					continue
-				}
+			for _, rec := range ParseRecords(m.Data()) {
 				if seen.repeats(rec) {
 					continue
 				}
@@ -323,6 +318,22 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 		}
 	}
 	return out, nil
+}
+
+// ParseRecords returns the decision records the body of a JL_AUDIT
+// message holds: one JSON object, or several, one a line (see
+// HeaderRecords). A line that is not a record is skipped; the others
+// stand.
+func ParseRecords(data []byte) []Record {
+	var out []Record
+	for line := range bytes.Lines(data) {
+		var rec Record
+		if json.Unmarshal(line, &rec) != nil {
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out
 }
 
 // recordWindow is the span within which two records of one decision are
