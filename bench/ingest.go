@@ -112,8 +112,8 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		return err
 	}
 	// The sender is the load, not what is measured, but it runs in this
-	// process, on the same cores: a load generator as cheap as wrk's, one
-	// keep-alive connection a worker, each request one write of bytes
+	// process, on the same cores: a load generator that writes as wrk
+	// does, one keep-alive connection a worker, each request one write of bytes
 	// built before (the bodies and their signatures are the sender's
 	// work, not the receiver's); only the delivery id changes.
 	requests, err := signedRequests(l.Addr().String(), pool)

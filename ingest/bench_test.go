@@ -127,8 +127,8 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 		return time.Since(start)
 	}
 	// The sender is the load, not what is measured, but it runs in this
-	// process, on the same two cores: a load generator as cheap as wrk's,
-	// one keep-alive connection a worker, each request one write of bytes
+	// process, on the same two cores: a load generator that writes as
+	// wrk does, one keep-alive connection a worker, each request one write of bytes
 	// built once (the body is the same for every delivery, the id is a
 	// header: it is signed once, as the sender's work, not the
 	// receiver's).
