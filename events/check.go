@@ -38,7 +38,8 @@ func checkedAttributes(e event.Event) ([]attr, error) {
 		return nil, &AttributeError{Attribute: "specversion", Err: fmt.Errorf("%q is not %q", sv, event.CloudEventsVersionV1)}
 	}
 	ec := e.Context.AsV1()
-	for _, a := range []attr{{name: "id", value: ec.ID}, {name: "source", value: ec.Source.String()}, {name: "type", value: ec.Type}} {
+	source := ec.Source.String()
+	for _, a := range [...]attr{{name: "id", value: ec.ID}, {name: "source", value: source}, {name: "type", value: ec.Type}} {
 		if a.value == "" {
 			return nil, &AttributeError{Attribute: a.name, Err: errMissing}
 		}
@@ -54,7 +55,7 @@ func checkedAttributes(e event.Event) ([]attr, error) {
 	attrs = append(attrs,
 		attr{name: "specversion", value: event.CloudEventsVersionV1},
 		attr{name: "id", value: ec.ID},
-		attr{name: "source", value: ec.Source.String()},
+		attr{name: "source", value: source},
 		attr{name: "type", value: ec.Type},
 	)
 	if ec.DataContentType != nil {
@@ -69,7 +70,14 @@ func checkedAttributes(e event.Event) ([]attr, error) {
 	if ec.Time != nil {
 		attrs = append(attrs, attr{name: "time", value: types.FormatTime(ec.Time.Time)})
 	}
-	for _, name := range slices.Sorted(maps.Keys(ec.Extensions)) {
+	// The names are sorted in an array on the stack where they fit.
+	var nameBuf [16]string
+	names := nameBuf[:0]
+	for name := range ec.Extensions {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		if err := checkExtensionName(name); err != nil {
 			return nil, &AttributeError{Attribute: name, Err: err}
 		}

@@ -39,11 +39,7 @@ const (
 // whatever its other attributes; hashing keeps the header short and free of
 // characters that need encoding.
 func MsgID(e event.Event) string {
-	h := sha256.New()
-	h.Write([]byte(e.Source()))
-	h.Write([]byte{0})
-	h.Write([]byte(e.ID()))
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return hashID(nil, e.Source(), e.ID())
 }
 
 // SubjectMsgID is the Nats-Msg-Id of e published on subject: the first 32
@@ -52,13 +48,27 @@ func MsgID(e event.Event) string {
 // part of the key: the same event admitted for two sessions is two
 // messages, while a redelivery to the same session is one.
 func SubjectMsgID(subject string, e event.Event) string {
-	h := sha256.New()
-	h.Write([]byte(subject))
-	h.Write([]byte{0})
-	h.Write([]byte(e.Source()))
-	h.Write([]byte{0})
-	h.Write([]byte(e.ID()))
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	return hashID([]string{subject}, e.Source(), e.ID())
+}
+
+// hashID is the first 32 hex digits of the SHA-256 of prefix's strings,
+// source and id, each followed by a NUL but the last. The input is
+// hashed from one buffer on the stack where it fits, and only the
+// returned string is allocated.
+func hashID(prefix []string, source, id string) string {
+	var buf [512]byte
+	b := buf[:0]
+	for _, p := range prefix {
+		b = append(b, p...)
+		b = append(b, 0)
+	}
+	b = append(b, source...)
+	b = append(b, 0)
+	b = append(b, id...)
+	sum := sha256.Sum256(b)
+	var digits [32]byte
+	hex.Encode(digits[:], sum[:16])
+	return string(digits[:])
 }
 
 // ToMsg renders e as a binary-mode message on subject, following the
@@ -87,14 +97,23 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	}
 	// Room for every attribute, Content-Type, Nats-Msg-Id and a header a
 	// caller adds: the map is made once, not grown.
+	// The values of all headers share one array, each a slice of one
+	// whose capacity ends at its value, so an Add to one header copies it
+	// rather than writing over the next.
 	m := &nats.Msg{Subject: subject, Header: make(nats.Header, len(attrs)+3)}
+	values := make([]string, 0, len(attrs)+2)
+	set := func(key, v string) {
+		i := len(values)
+		values = append(values, v)
+		m.Header[key] = values[i : i+1 : i+1]
+	}
 	for _, a := range attrs {
-		m.Header[headerKey(a.name)] = []string{a.header}
+		set(headerKey(a.name), a.header)
 	}
 	if ct := e.DataContentType(); ct != "" && !isStructured(ct) && plainHeaderValue(ct) {
-		m.Header[contentTypeHeader] = []string{ct}
+		set(contentTypeHeader, ct)
 	}
-	m.Header[nats.MsgIdHdr] = []string{SubjectMsgID(subject, e)}
+	set(nats.MsgIdHdr, SubjectMsgID(subject, e))
 	m.Data = bytes.Clone(e.DataEncoded)
 	return m, nil
 }
