@@ -46,7 +46,8 @@ const maxRecordWait = 30 * time.Second
 // the sender's retry, alone or in another group: the same decision twice.
 // Recent shows such a record once.
 //
-// It runs a goroutine only while a write is in flight; idle, it holds
+// A lone write is awaited by its caller; a goroutine runs only while
+// records queued behind a write are on their way. Idle, the writer holds
 // nothing but its mutex and needs no closing.
 type auditWriter struct {
 	js jetstream.JetStream
