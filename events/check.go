@@ -37,7 +37,12 @@ func checkedAttributes(e event.Event) ([]attr, error) {
 	if sv := e.SpecVersion(); sv != event.CloudEventsVersionV1 {
 		return nil, &AttributeError{Attribute: "specversion", Err: fmt.Errorf("%q is not %q", sv, event.CloudEventsVersionV1)}
 	}
-	ec := e.Context.AsV1()
+	// Read, never written: the event's own context where it is one of
+	// 1.0, not the copy AsV1 makes of it.
+	ec, ok := e.Context.(*event.EventContextV1)
+	if !ok {
+		ec = e.Context.AsV1()
+	}
 	source := ec.Source.String()
 	for _, a := range [...]attr{{name: "id", value: ec.ID}, {name: "source", value: source}, {name: "type", value: ec.Type}} {
 		if a.value == "" {

@@ -50,7 +50,9 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			}
 			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))
 			ent, seen, err := store.Seen(ctx, e.Source(), e.ID())
-			span.SetAttributes(attribute.Bool("jetloop.duplicate", seen))
+			if span.IsRecording() {
+				span.SetAttributes(attribute.Bool("jetloop.duplicate", seen))
+			}
 			tracing.Fail(span, err)
 			span.End()
 			if err != nil {

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -184,7 +185,7 @@ func githubEvent(h http.Header, body []byte, now time.Time, paths *policies.Data
 	case len(delivery) > 128 || strings.ContainsFunc(delivery, func(r rune) bool { return r <= ' ' || r > '~' }):
 		return e, nil, false, fmt.Errorf("%w: %s %q is not a delivery id", ErrBadRequest, HeaderGitHubDelivery, delivery)
 	}
-	if trimmed := strings.TrimLeft(string(body[:min(len(body), 64)]), " \t\r\n"); !strings.HasPrefix(trimmed, "{") {
+	if trimmed := bytes.TrimLeft(body[:min(len(body), 64)], " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 		return e, nil, false, fmt.Errorf("%w: body of %s delivery %s is not a JSON object", ErrBadRequest, name, delivery)
 	}
 	data, err = policies.ParseJSONPaths(body, paths)

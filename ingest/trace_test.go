@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -79,6 +80,9 @@ func TestWebhookSpans(t *testing.T) {
 			t.Fatalf("span %s: %v, want a child of the request's", name, sp)
 		}
 	}
+	if dup := spanAttr(spans["dedupe"], "jetloop.duplicate"); dup.Type() != attribute.BOOL || dup.AsBool() {
+		t.Fatalf("dedupe span's jetloop.duplicate = %v, want false", dup.Emit())
+	}
 	if n := len(spans["admission"].Events()); n != 1 {
 		t.Fatalf("admission span has %d decisions, want 1", n)
 	}
@@ -101,9 +105,27 @@ func TestWebhookSpans(t *testing.T) {
 	if r := post(t, hs.URL+"/webhooks/github", githubHeaders("pull_request", "d-1", body), body); r.status != http.StatusAccepted || r.body["duplicate"] != true {
 		t.Fatalf("redelivery: %d %s", r.status, r.raw)
 	}
+	seen := false
 	for _, sp := range rec.Ended()[rec2:] {
 		if sp.Name() == "publish" || sp.Name() == "admission" {
 			t.Fatalf("a duplicate has a %s span", sp.Name())
 		}
+		if sp.Name() == "dedupe" {
+			dup := spanAttr(sp, "jetloop.duplicate")
+			seen = dup.Type() == attribute.BOOL && dup.AsBool()
+		}
 	}
+	if !seen {
+		t.Fatal("the redelivery has no dedupe span with jetloop.duplicate true")
+	}
+}
+
+// spanAttr is the value of sp's attribute key, INVALID where it has none.
+func spanAttr(sp sdktrace.ReadOnlySpan, key attribute.Key) attribute.Value {
+	for _, kv := range sp.Attributes() {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
 }
