@@ -390,27 +390,53 @@ func TestReadAnswer(t *testing.T) {
 	}
 }
 
-// FuzzReadAnswer feeds the reader arbitrary answers: it returns an error
-// or an answer it read to its end, and never keeps more than KeepBody
-// bytes.
+// FuzzReadAnswer feeds the reader arbitrary answers: it returns an error,
+// or an answer that net/http's reader reads the same way (interim
+// answers skipped): the same status, the connection kept or closed
+// alike, the kept bytes the start of its body, and the same bytes left
+// after it. It never keeps more than KeepBody bytes.
 func FuzzReadAnswer(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok",
 		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc",
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"HTTP/1.1 204\n\n",
+		"HTTP/1.0 200 OK\r\nConnection: close, keep-alive\r\nContent-Length: 1\r\n\r\nxNEXT",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		br := bufio.NewReaderSize(bytes.NewReader(in), maxHeaderLine)
 		b := make([]byte, 0, KeepBody)
-		status, _, err := readAnswer(br, &b)
+		status, keep, err := readAnswer(br, &b)
 		if err != nil {
 			return
 		}
 		if status < 200 || status > 999 || len(b) > KeepBody {
 			t.Fatalf("status %d, %d bytes kept", status, len(b))
+		}
+		rest, _ := io.ReadAll(br)
+		nr := bufio.NewReader(bytes.NewReader(in))
+		var resp *http.Response
+		for {
+			resp, err = http.ReadResponse(nr, &http.Request{Method: http.MethodPost})
+			if err != nil && strings.Contains(err.Error(), "malformed MIME header") {
+				return // a header value net/http refuses and this reader passes over
+			}
+			if err != nil {
+				t.Fatalf("read %d (keep %v); net/http: %v", status, keep, err)
+			}
+			if resp.StatusCode >= 200 {
+				break
+			}
+		}
+		nbody, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("read %d (keep %v); net/http's body: %v", status, keep, err)
+		}
+		nrest, _ := io.ReadAll(nr)
+		if resp.StatusCode != status || resp.Close == keep || !bytes.HasPrefix(nbody, b) || !bytes.Equal(rest, nrest) {
+			t.Fatalf("read %d keep %v body %q rest %q; net/http %d close %v body %q rest %q", status, keep, b, rest, resp.StatusCode, resp.Close, nbody, nrest)
 		}
 	})
 }
