@@ -13,6 +13,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/types"
 )
 
+// maxStackAttrs is how many attributes the callers of checkedAttributes
+// hold on their stacks: the eight of the spec and the extensions an
+// admitted event carries, with room to spare.
+const maxStackAttrs = 24
+
 // attr is one attribute in its canonical string form.
 type attr struct {
 	name   string
@@ -30,7 +35,10 @@ type attr struct {
 // 1.0, strings free of control characters and noncharacters, extension
 // names of lower-case letters and digits that do not shadow a reserved
 // name, header values and data within MaxHeaderValueLen and MaxEventSize.
-func checkedAttributes(e event.Event) ([]attr, error) {
+//
+// The attributes are appended to buf[:0], which a caller holds on its
+// stack where they fit (maxStackAttrs).
+func checkedAttributes(e event.Event, buf []attr) ([]attr, error) {
 	if e.Context == nil {
 		return nil, &AttributeError{Attribute: "specversion", Err: errMissing}
 	}
@@ -56,7 +64,10 @@ func checkedAttributes(e event.Event) ([]attr, error) {
 		return nil, fmt.Errorf("%w: %w: data is %d bytes, max %d", ErrInvalidEvent, ErrTooLarge, n, MaxEventSize)
 	}
 
-	attrs := make([]attr, 0, 8+len(ec.Extensions))
+	attrs := buf[:0]
+	if n := 8 + len(ec.Extensions); cap(attrs) < n {
+		attrs = make([]attr, 0, n)
+	}
 	attrs = append(attrs,
 		attr{name: "specversion", value: event.CloudEventsVersionV1},
 		attr{name: "id", value: ec.ID},

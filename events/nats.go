@@ -91,7 +91,8 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	if err := checkSubject(subject); err != nil {
 		return nil, err
 	}
-	attrs, err := checkedAttributes(e)
+	var buf [maxStackAttrs]attr
+	attrs, err := checkedAttributes(e, buf[:])
 	if err != nil {
 		return nil, fmt.Errorf("to message on %s: %w", quote(subject), err)
 	}
@@ -156,7 +157,8 @@ func CheckMsg(subject string, e event.Event) error {
 	if err := checkSubject(subject); err != nil {
 		return err
 	}
-	if _, err := checkedAttributes(e); err != nil {
+	var buf [maxStackAttrs]attr
+	if _, err := checkedAttributes(e, buf[:]); err != nil {
 		return fmt.Errorf("to message on %s: %w", quote(subject), err)
 	}
 	return nil
@@ -241,7 +243,8 @@ func fromMsg(m *nats.Msg) (event.Event, error) {
 	if err := normalise(&e); err != nil {
 		return event.Event{}, err
 	}
-	if _, err := checkedAttributes(e); err != nil {
+	var buf [maxStackAttrs]attr
+	if _, err := checkedAttributes(e, buf[:]); err != nil {
 		return event.Event{}, err
 	}
 	return e, nil

@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -38,17 +40,58 @@ func Sign(secret, body []byte) string {
 // VerifySignature reports whether sig is body's X-Hub-Signature-256 under
 // secret, comparing in constant time.
 func VerifySignature(secret, body []byte, sig string) bool {
+	if len(secret) == 0 {
+		return false
+	}
+	return verifySignature(hmac.New(sha256.New, secret), nil, body, sig)
+}
+
+// verifySignature is VerifySignature with mac, an HMAC-SHA256 under the
+// secret in any state (it is reset first), summed into sum's room. The
+// signature is decoded into an array on the stack; one that is not 64
+// hex digits can equal no MAC.
+func verifySignature(mac hash.Hash, sum, body []byte, sig string) bool {
 	hexSig, ok := strings.CutPrefix(sig, "sha256=")
-	if !ok || len(secret) == 0 {
+	if !ok || len(hexSig) != 2*sha256.Size {
 		return false
 	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
+	var got [sha256.Size]byte
+	if _, err := hex.Decode(got[:], []byte(hexSig)); err != nil {
 		return false
 	}
-	mac := hmac.New(sha256.New, secret)
+	mac.Reset()
 	mac.Write(body)
-	return hmac.Equal(got, mac.Sum(nil))
+	return hmac.Equal(got[:], mac.Sum(sum[:0]))
+}
+
+// signatureMACs holds HMAC-SHA256s for verifySignature: a MAC reset
+// restores its keyed state rather than hashing the key again, and a
+// webhook allocates none. The zero value is ready for use.
+type signatureMACs struct {
+	pool sync.Pool // of *signatureMAC
+}
+
+// signatureMAC is a MAC, the secret it is keyed with and the room its sum
+// is written into.
+type signatureMAC struct {
+	secret []byte
+	mac    hash.Hash
+	sum    [sha256.Size]byte
+}
+
+// verify is VerifySignature, with a MAC of the pool's where it is keyed
+// with secret.
+func (p *signatureMACs) verify(secret, body []byte, sig string) bool {
+	if len(secret) == 0 {
+		return false
+	}
+	m, _ := p.pool.Get().(*signatureMAC)
+	if m == nil || !bytes.Equal(m.secret, secret) {
+		m = &signatureMAC{secret: bytes.Clone(secret), mac: hmac.New(sha256.New, secret)}
+	}
+	ok := verifySignature(m.mac, m.sum[:], body, sig)
+	p.pool.Put(m)
+	return ok
 }
 
 // githubPayload holds the fields of a webhook body that name its event.

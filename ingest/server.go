@@ -132,6 +132,8 @@ type Server struct {
 	// readmit is the pipeline of a redriven dead letter of admission.
 	readmit Handler
 	gate    *gate.Gate
+	// macs verify the GitHub receiver's signatures.
+	macs signatureMACs
 }
 
 // New assembles the receivers over the pipeline.
@@ -390,7 +392,7 @@ func (s *Server) githubDecodePaths() *policies.DataPaths {
 
 func (s *Server) github(r *http.Request, body []byte) (*Delivery, *answer, error) {
 	sig := r.Header.Get(HeaderGitHubSignature)
-	if !VerifySignature(s.cfg.GitHubSecret, body, sig) {
+	if !s.macs.verify(s.cfg.GitHubSecret, body, sig) {
 		return nil, nil, fmt.Errorf("%w: %s does not match the body", ErrUnauthorized, HeaderGitHubSignature)
 	}
 	paths := s.githubDecodePaths()
