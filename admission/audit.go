@@ -16,9 +16,27 @@ import (
 const (
 	// MaxGroupRecords is the most records one message holds.
 	MaxGroupRecords = 256
-	// MaxGroupBytes is the most bytes of records one message holds.
+	// MaxGroupBytes is the most bytes of records one message holds; on a
+	// server whose max payload is smaller, that payload less
+	// groupHeaderRoom is.
 	MaxGroupBytes = 256 << 10
 )
+
+// groupHeaderRoom is what a group's message keeps of the server's max
+// payload for its headers (Jetloop-Records and the framing).
+const groupHeaderRoom = 1 << 10
+
+// groupBytes returns the most bytes of records one message holds on the
+// connection of js.
+func groupBytes(js jetstream.JetStream) int {
+	limit := MaxGroupBytes
+	if nc := js.Conn(); nc != nil {
+		if mp := int(nc.MaxPayload()) - groupHeaderRoom; mp > 0 && mp < limit {
+			limit = mp
+		}
+	}
+	return limit
+}
 
 // HeaderRecords is set on a JL_AUDIT message that holds more than one
 // decision record: how many it holds, one JSON object a line.
@@ -214,7 +232,7 @@ func fail(calls []*recordCall, err error) {
 }
 
 // group publishes the records of calls, one message per subject and
-// bound (MaxGroupRecords, MaxGroupBytes), in the order they came.
+// bound (MaxGroupRecords, groupBytes), in the order they came.
 func group(js jetstream.JetStream, calls []*recordCall) round {
 	type part struct {
 		msgs    []*nats.Msg
@@ -222,6 +240,7 @@ func group(js jetstream.JetStream, calls []*recordCall) round {
 		holders []*recordCall
 	}
 	var r round
+	maxBytes := groupBytes(js)
 	open := map[string]*part{}
 	var order []string
 	flush := func(subject string) {
@@ -244,7 +263,7 @@ func group(js jetstream.JetStream, calls []*recordCall) round {
 	for _, c := range calls {
 		for _, m := range c.msgs {
 			p := open[m.Subject]
-			if p != nil && (len(p.msgs) == MaxGroupRecords || p.bytes+1+len(m.Data) > MaxGroupBytes) {
+			if p != nil && (len(p.msgs) == MaxGroupRecords || p.bytes+1+len(m.Data) > maxBytes) {
 				flush(m.Subject)
 				p = nil
 			}

@@ -21,8 +21,9 @@
 // Nats-Msg-Id naming the decision; records that arrive while one is in
 // flight wait for its acknowledgement and are then published together,
 // one message per agent holding up to MaxGroupRecords records (and
-// MaxGroupBytes), one JSON object a line, its Jetloop-Records header
-// saying how many, and no Nats-Msg-Id. Every caller returns only once the
+// MaxGroupBytes, or the server's max payload less 1 KiB where that is
+// smaller), one JSON object a line, its Jetloop-Records header saying
+// how many, and no Nats-Msg-Id. Every caller returns only once the
 // message holding its records is stored, and a message that fails fails
 // every caller it held. A group is never sent twice, so a retry after a
 // failed write can store a decision again; Recent reads both forms,

@@ -1,0 +1,149 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/natsd"
+	"github.com/jetloop/jetloop/streams"
+)
+
+// heldAudit is JL_AUDIT taken away and its subjects answered by nobody
+// but a plain subscriber that keeps what it receives: a write of records
+// is in flight, its acknowledgement never coming, until release stores
+// the message held and answers it with the stream's own acknowledgement.
+type heldAudit struct {
+	t    *testing.T
+	e    env
+	nc   *nats.Conn
+	sub  *nats.Subscription
+	msgs chan *nats.Msg
+}
+
+func holdAudit(t *testing.T, e env) *heldAudit {
+	t.Helper()
+	if err := e.js.DeleteStream(context.Background(), e.names.StreamAudit()); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	h := &heldAudit{t: t, e: e, nc: nc, msgs: make(chan *nats.Msg, 64)}
+	if h.sub, err = nc.ChanSubscribe(e.names.AuditAll(), h.msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// next returns the next message written while held.
+func (h *heldAudit) next() *nats.Msg {
+	h.t.Helper()
+	select {
+	case m := <-h.msgs:
+		return m
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no write of records reached JL_AUDIT's subjects")
+		return nil
+	}
+}
+
+// release brings JL_AUDIT back, stores m in it and answers m's writer
+// with the stream's acknowledgement.
+func (h *heldAudit) release(m *nats.Msg) {
+	h.t.Helper()
+	if err := h.sub.Unsubscribe(); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := streams.Provision(context.Background(), h.e.js, streams.Options{}); err != nil {
+		h.t.Fatal(err)
+	}
+	ack, err := h.nc.RequestMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, 10*time.Second)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := m.Respond(ack.Data); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// A group never exceeds the server's max payload, however small it is
+// configured: records queued behind a write are split to fit, and every
+// caller's record is stored.
+func TestGroupFitsServersMaxPayload(t *testing.T) {
+	const maxPayload = 32 << 10
+	s := natstest.RunServer(t, func(c *natsd.Config) { c.MaxPayload = maxPayload })
+	_, js := natstest.Connect(t, s.ClientURL())
+	if _, err := streams.Provision(context.Background(), js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e := env{url: s.ClientURL(), js: js, names: streams.Default()}
+	a := newAdmitter(t, e, nil, compile(t, reviewer))
+	const callers = 200
+	recs := make([][]*nats.Msg, callers)
+	size := 0
+	for i := range recs {
+		recs[i] = recordsOf(t, a, fmt.Sprint("p", i))
+		size += len(recs[i][0].Data) + 1
+	}
+	if size <= maxPayload {
+		t.Fatalf("%d bytes of records fit one message of %d", size, maxPayload)
+	}
+	h := holdAudit(t, e)
+	lead := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		lead <- a.WriteRecords(ctx, recordsOf(t, a, "lead"))
+	}()
+	held := h.next()
+	errs := make(chan error, callers)
+	for i := range recs {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs <- a.WriteRecords(ctx, recs[i])
+		}()
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := a.QueuedRecordCalls(); n != callers {
+			return fmt.Errorf("%d of %d calls queued", n, callers)
+		}
+		return nil
+	})
+	h.release(held)
+	for range callers + 1 {
+		var err error
+		select {
+		case err = <-lead:
+		case err = <-errs:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a write of records never returned")
+		}
+		if err != nil {
+			t.Errorf("write of a queued record: %v", err)
+		}
+	}
+	got, err := admission.Recent(context.Background(), e.js, e.names, "reviewer", time.Time{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != callers+1 {
+		t.Errorf("%d records read, want %d", len(got), callers+1)
+	}
+	for _, m := range auditMsgs(t, e) {
+		if len(m.Data) > maxPayload {
+			t.Errorf("a message of %d bytes stored beyond the max payload %d", len(m.Data), maxPayload)
+		}
+	}
+}
