@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
 )
 
 // server is a net/http server on loopback that answers each request
@@ -187,6 +189,14 @@ func TestServerClosesConnection(t *testing.T) {
 	// one, once.
 	before := s.requests.Load()
 	s.CloseClientConnections()
+	// The close reaches the client's socket at once on loopback, unless
+	// the kernel defers it: no event announces it.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !idleClosed(c.nc) {
+			return errors.New("the server's close has not reached the idle connection")
+		}
+		return nil
+	})
 	if err := c.Expect(r, "202-after-idle-close", http.StatusAccepted); err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +230,74 @@ func TestRequestReadAndUnansweredNotSentAgain(t *testing.T) {
 	// The next request goes on a new connection.
 	if err := c.Expect(r, "202-next", http.StatusAccepted); err != nil || c.Dials() != 2 {
 		t.Fatalf("after the unanswered request: %v, %d dials", err, c.Dials())
+	}
+}
+
+// TestIdleAnswerNotTakenForTheNext: a server that, as it closes an idle
+// connection, writes an answer no request asked for (a 408, as some
+// servers do) has that answer and the connection dropped before the
+// next request is written: the next request goes on a new connection
+// and gets its own answer (net/http's client does the same).
+func TestIdleAnswerNotTakenForTheNext(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := make(chan struct{}) // the unasked-for answer is written
+	var wg sync.WaitGroup
+	defer func() {
+		l.Close()
+		wg.Wait()
+	}()
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(nc)
+			req, err := http.ReadRequest(br)
+			if err == nil {
+				_, err = io.Copy(io.Discard, req.Body)
+			}
+			if err != nil {
+				t.Errorf("connection %d: %v", n, err)
+				nc.Close()
+				return
+			}
+			fmt.Fprintf(nc, "HTTP/1.1 202 Accepted\r\nContent-Length: %d\r\n\r\n%s", len(req.Header.Get("X-Delivery")), req.Header.Get("X-Delivery"))
+			if n == 0 {
+				fmt.Fprint(nc, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+				close(idle)
+			}
+			nc.Close()
+		}
+	})
+	r, err := NewRequest(http.MethodPost, "ingest.test", "/webhooks/github", nil, "X-Delivery", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewConn(l.Addr().String(), 10*time.Second)
+	defer c.Close()
+	if err := c.Expect(r, "first", http.StatusAccepted); err != nil || string(c.Body()) != "first" {
+		t.Fatalf("first: %v, body %q", err, c.Body())
+	}
+	select {
+	case <-idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server wrote no idle answer")
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !idleClosed(c.nc) {
+			return errors.New("the idle answer has not reached the connection")
+		}
+		return nil
+	})
+	if err := c.Expect(r, "second", http.StatusAccepted); err != nil || string(c.Body()) != "second" {
+		t.Fatalf("second: %v, body %q", err, c.Body())
+	}
+	if c.Dials() != 2 {
+		t.Fatalf("%d dials, want 2", c.Dials())
 	}
 }
 
