@@ -158,7 +158,7 @@ func New(ctx context.Context, js jetstream.JetStream, rules *Rules, cfg Config) 
 	}
 	return &Admitter{
 		js: js, names: cfg.Names, rules: rules, log: cfg.Log, now: cfg.Now, in: in,
-		audit:   &auditWriter{js: js},
+		audit:   &auditWriter{js: js, wait: maxRecordWait},
 		limiter: &limiter{js: js, kv: kv, names: cfg.Names, now: cfg.Now},
 	}, nil
 }

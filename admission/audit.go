@@ -43,8 +43,9 @@ func groupBytes(js jetstream.JetStream) int {
 const HeaderRecords = "Jetloop-Records"
 
 // maxRecordWait bounds how long a write of decision records waits for
-// JetStream's acknowledgement when none of its callers' contexts has a
-// deadline: after it, the write fails and the next one starts.
+// JetStream's acknowledgement (a lone write, whatever its caller's
+// context allows; a group, when none of its callers' contexts ends
+// sooner): after it, the write fails and the next one starts.
 const maxRecordWait = 30 * time.Second
 
 // auditWriter writes decision records with group commit. While no write
@@ -68,7 +69,8 @@ const maxRecordWait = 30 * time.Second
 // records queued behind a write are on their way. Idle, the writer holds
 // nothing but its mutex and needs no closing.
 type auditWriter struct {
-	js jetstream.JetStream
+	js   jetstream.JetStream
+	wait time.Duration // maxRecordWait, shorter in tests
 
 	mu    sync.Mutex
 	busy  bool
@@ -86,8 +88,8 @@ type recordCall struct {
 // WriteRecords publishes the decision records msgs (the JL_AUDIT
 // messages of Records) and returns once JetStream has acknowledged every
 // message holding them, or with an error naming what failed: the
-// records' message was refused or not acknowledged, or ctx ended first
-// (the records may still be stored). Under concurrency the records of
+// records' message was refused or not acknowledged within
+// maxRecordWait, or ctx ended first (the records may still be stored). Under concurrency the records of
 // several callers are written together (see auditWriter); each caller
 // waits for its own.
 func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
@@ -116,10 +118,19 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 	for _, m := range msgs {
 		r.publish(w.js, m, []*recordCall{c})
 	}
-	if !r.awaitCtx(ctx) {
+	// Bounded like a group's wait: records queued behind this write wait
+	// for it, so an acknowledgement that never comes must not hold them
+	// for longer than maxRecordWait, whatever ctx allows.
+	wctx := ctx
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > w.wait {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, w.wait)
+		defer cancel()
+	}
+	if !r.awaitCtx(wctx) {
 		// The round still has to end before the next starts.
 		go w.run(r, nil)
-		return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, ctx.Err())
+		return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, wctx.Err())
 	}
 	if calls := w.next(); calls != nil {
 		go w.run(group(w.js, calls), calls)
@@ -144,7 +155,7 @@ func (w *auditWriter) next() []*recordCall {
 // queued meanwhile, until nothing did.
 func (w *auditWriter) run(r round, calls []*recordCall) {
 	for {
-		r.await(calls)
+		r.await(calls, w.wait)
 		for _, c := range calls {
 			c.done <- c.err
 		}
@@ -172,9 +183,9 @@ func (r *round) publish(js jetstream.JetStream, m *nats.Msg, holders []*recordCa
 }
 
 // await waits for every acknowledgement of r, until the latest deadline
-// of calls (or maxRecordWait), and sets each call's error.
-func (r *round) await(calls []*recordCall) {
-	limit := time.Now().Add(maxRecordWait)
+// of calls (or wait, maxRecordWait), and sets each call's error.
+func (r *round) await(calls []*recordCall, wait time.Duration) {
+	limit := time.Now().Add(wait)
 	var latest time.Time
 	if len(calls) == 0 {
 		latest = limit

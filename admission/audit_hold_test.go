@@ -77,6 +77,54 @@ func (h *heldAudit) release(m *nats.Msg) {
 	}
 }
 
+// A write whose acknowledgement never comes, by a caller whose context
+// has no deadline, ends after maxRecordWait as the writer's doc says,
+// and the records queued behind it are written: one lost acknowledgement
+// does not stop every later decision from being recorded.
+func TestLoneWriteWithoutDeadlineEnds(t *testing.T) {
+	e := setup(t)
+	a := newAdmitter(t, e, nil, compile(t, reviewer))
+	a.SetMaxRecordWait(time.Second)
+	h := holdAudit(t, e)
+	lead := make(chan error, 1)
+	go func() { lead <- a.WriteRecords(context.Background(), recordsOf(t, a, "lost")) }()
+	h.next()
+	queued := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		queued <- a.WriteRecords(ctx, recordsOf(t, a, "behind"))
+	}()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := a.QueuedRecordCalls(); n != 1 {
+			return fmt.Errorf("%d calls queued", n)
+		}
+		return nil
+	})
+	if err := h.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.Provision(context.Background(), e.js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lead:
+		if err == nil {
+			t.Fatal("a write never acknowledged succeeded")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a write never acknowledged, its context without deadline, still waits after 20s (maxRecordWait 1s)")
+	}
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("the record queued behind a lost acknowledgement: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the record queued behind a lost acknowledgement is not written")
+	}
+}
+
 // A group never exceeds the server's max payload, however small it is
 // configured: records queued behind a write are split to fit, and every
 // caller's record is stored.
