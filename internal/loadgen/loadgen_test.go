@@ -28,7 +28,8 @@ type server struct {
 	*httptest.Server
 	conns    atomic.Int64 // connections accepted
 	requests atomic.Int64
-	dropped  atomic.Bool // a "drop" delivery was read and left unanswered once
+	dropped  atomic.Bool   // a "drop" delivery was read and left unanswered once
+	hang     chan struct{} // closed when the test ends: what "hang" waits for
 	mu       sync.Mutex
 	bad      []string // what a request lacked
 }
@@ -38,11 +39,23 @@ const bigBody = 200 << 10
 var body = bytes.Repeat([]byte("webhook body "), 3000) // about 39 KB, more than one write of most sockets
 
 func newServer(t *testing.T) *server {
-	s := &server{}
+	s := &server{hang: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
-		got, err := io.ReadAll(r.Body)
 		d := r.Header.Get("X-Delivery")
+		switch d {
+		case "early":
+			// Refused from its headers, its body unread, as the
+			// ingest's gate refuses a request.
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "busy")
+			return
+		case "hang":
+			<-s.hang
+			return
+		}
+		got, err := io.ReadAll(r.Body)
 		if err != nil || !bytes.Equal(got, body) || r.ContentLength != int64(len(body)) || r.Header.Get("X-Hub-Signature-256") != "sha256=abc" || r.Method != http.MethodPost || r.URL.Path != "/webhooks/github" || r.Host != "ingest.test" {
 			s.mu.Lock()
 			s.bad = append(s.bad, fmt.Sprintf("%s: %s %s host %s, %d bytes (%v), signature %q", d, r.Method, r.URL, r.Host, len(got), err, r.Header.Get("X-Hub-Signature-256")))
@@ -85,6 +98,7 @@ func newServer(t *testing.T) *server {
 	}
 	s.Start()
 	t.Cleanup(func() {
+		close(s.hang)
 		s.Close()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -298,6 +312,49 @@ func TestIdleAnswerNotTakenForTheNext(t *testing.T) {
 	}
 	if c.Dials() != 2 {
 		t.Fatalf("%d dials, want 2", c.Dials())
+	}
+}
+
+// TestEarlyAnswer: an answer written before the body was read (a
+// refusal from the headers, with `Connection: close`) is read as the
+// answer, and the next request goes on a new connection.
+func TestEarlyAnswer(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 10*time.Second)
+	defer c.Close()
+	for i := range 3 {
+		if err := c.Expect(r, fmt.Sprintf("202-%d", i), http.StatusAccepted); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Expect(r, "early", http.StatusAccepted)
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || se.Body != "busy" {
+			t.Fatalf("early answer %d: %v", i, err)
+		}
+	}
+	if c.Dials() != 3 || s.requests.Load() != 6 {
+		t.Fatalf("%d dials, %d requests; want 3 and 6", c.Dials(), s.requests.Load())
+	}
+}
+
+// TestTimeout: a request not answered within the Conn's timeout is an
+// error that says so, and it was sent once.
+func TestTimeout(t *testing.T) {
+	s := newServer(t)
+	r := request(t)
+	c := NewConn(addr(s), 300*time.Millisecond)
+	defer c.Close()
+	if err := c.Expect(r, "202-a", http.StatusAccepted); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Do(r, "hang")
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("unanswered request: %v, want a timeout", err)
+	}
+	if n := s.requests.Load(); n != 2 {
+		t.Fatalf("server saw %d requests, want 2", n)
 	}
 }
 
