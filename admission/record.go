@@ -285,7 +285,7 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 	}
 	pending := info.NumPending
 	var out []Record
-	seen := recordsSeen{}
+	seen := newRecordsSeen()
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -347,27 +347,42 @@ type recordKey struct {
 	outcome                    Outcome
 }
 
-// recordsSeen remembers the records read, by key, to drop repeats.
-type recordsSeen map[recordKey]time.Time
+// recordsSeen remembers the records read, by key, to drop repeats, and
+// forgets them once the window has passed, oldest first: a record costs
+// the same however many were read before it.
+type recordsSeen struct {
+	at    map[recordKey]time.Time
+	order []seenAt // the keys remembered, in the order they were
+}
+
+type seenAt struct {
+	key recordKey
+	at  time.Time
+}
+
+func newRecordsSeen() *recordsSeen {
+	return &recordsSeen{at: map[recordKey]time.Time{}}
+}
 
 // repeats reports whether rec repeats a record seen within recordWindow,
 // and remembers it otherwise.
-func (s recordsSeen) repeats(rec Record) bool {
+func (s *recordsSeen) repeats(rec Record) bool {
 	k := recordKey{id: rec.Event.ID, source: rec.Event.Source, agent: rec.Agent, trigger: rec.Trigger, outcome: rec.Outcome}
-	if t, ok := s[k]; ok {
+	if t, ok := s.at[k]; ok {
 		if d := rec.Time.Sub(t); d < recordWindow && d > -recordWindow {
 			return true
 		}
 	}
-	if len(s) >= 1<<14 {
-		// Records come about in time order: those older than the
-		// window can repeat no more.
-		for k, t := range s {
-			if rec.Time.Sub(t) >= recordWindow {
-				delete(s, k)
-			}
+	// Records come about in time order: those older than the window can
+	// repeat no more. (A record out of order only keeps the others
+	// longer.)
+	for len(s.order) > 0 && rec.Time.Sub(s.order[0].at) >= recordWindow {
+		if o := s.order[0]; s.at[o.key].Equal(o.at) {
+			delete(s.at, o.key)
 		}
+		s.order = s.order[1:]
 	}
-	s[k] = rec.Time
+	s.at[k] = rec.Time
+	s.order = append(s.order, seenAt{key: k, at: rec.Time})
 	return false
 }

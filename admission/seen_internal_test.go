@@ -1,0 +1,60 @@
+package admission
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkRecordsSeen is Recent's dedupe of b.N distinct decisions
+// inside one duplicate window, as a busy ingest stores them (over 16,384
+// in two minutes is 137 webhooks a second): the cost a record must not
+// grow with the records already read.
+func BenchmarkRecordsSeen(b *testing.B) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	recs := make([]Record, b.N)
+	for i := range recs {
+		recs[i] = Record{Time: at.Add(time.Duration(i) * time.Microsecond), Event: EventInfo{ID: fmt.Sprint(i), Source: "s"},
+			Decision: Decision{Agent: "a", Outcome: Admitted}}
+	}
+	seen := newRecordsSeen()
+	b.ResetTimer()
+	for i := range recs {
+		if seen.repeats(recs[i]) {
+			b.Fatalf("record %d taken for a repeat", i)
+		}
+	}
+}
+
+// A decision read again within the window is a repeat however many
+// records came between; once the window has passed it is a decision of
+// its own, and the records forgotten are those older than the window.
+func TestRecordsSeenForgetsOnlyPastTheWindow(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(id string, d time.Duration) Record {
+		return Record{Time: at.Add(d), Event: EventInfo{ID: id, Source: "s"}, Decision: Decision{Agent: "a", Outcome: Admitted}}
+	}
+	seen := newRecordsSeen()
+	if seen.repeats(rec("x", 0)) {
+		t.Fatal("the first record taken for a repeat")
+	}
+	const between = 20000
+	for i := range between {
+		if seen.repeats(rec(fmt.Sprint(i), time.Duration(i)*time.Millisecond)) {
+			t.Fatalf("record %d taken for a repeat", i)
+		}
+	}
+	if !seen.repeats(rec("x", recordWindow-time.Second)) {
+		t.Error("x again within the window, after 20,000 others, not a repeat")
+	}
+	if seen.repeats(rec("x", recordWindow+time.Second)) {
+		t.Error("x again past the window taken for a repeat")
+	}
+	if !seen.repeats(rec("x", recordWindow+2*time.Second)) {
+		t.Error("x a third time, a second after the second, not a repeat")
+	}
+	// Past 2 min + 1 s, the records up to 1 s are gone: 1,001 of them.
+	if n, want := len(seen.at), between+1-1001; n != want {
+		t.Errorf("%d records remembered, want %d", n, want)
+	}
+}
