@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -164,9 +163,11 @@ func waitAudit(t *testing.T, e *env, ok func(admission.Record) bool) {
 		if err != nil {
 			break
 		}
-		var r admission.Record
-		if json.Unmarshal(m.Data(), &r) == nil && ok(r) {
-			return
+		// One record a message, or several, one a line.
+		for _, r := range admission.ParseRecords(m.Data()) {
+			if ok(r) {
+				return
+			}
 		}
 	}
 	t.Fatal("no such record in JL_AUDIT")
