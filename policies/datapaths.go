@@ -21,6 +21,9 @@ import (
 type DataPaths struct {
 	whole bool
 	sub   map[string]*DataPaths
+	// key is the key of p in its parent's sub: the decoder's key of an
+	// object member it keeps, not a copy of the document's bytes.
+	key string
 }
 
 // AllData is the set of every path: the whole data.
@@ -44,7 +47,7 @@ func (p *DataPaths) Add(fields ...string) {
 		}
 		c := n.sub[f]
 		if c == nil {
-			c = &DataPaths{}
+			c = &DataPaths{key: f}
 			n.sub[f] = c
 		}
 		if c.whole {
@@ -85,7 +88,7 @@ func (p *DataPaths) merge(q *DataPaths) {
 		if mine := p.sub[k]; mine != nil {
 			mine.merge(c)
 		} else {
-			p.sub[k] = c.clone()
+			p.sub[k] = c.cloneAs(k)
 		}
 	}
 }
@@ -94,11 +97,16 @@ func (p *DataPaths) clone() *DataPaths {
 	if p == nil {
 		return nil
 	}
-	out := &DataPaths{whole: p.whole}
+	return p.cloneAs(p.key)
+}
+
+// cloneAs is a copy of p that is key in its parent's sub.
+func (p *DataPaths) cloneAs(key string) *DataPaths {
+	out := &DataPaths{whole: p.whole, key: key}
 	if len(p.sub) > 0 {
 		out.sub = make(map[string]*DataPaths, len(p.sub))
 		for k, c := range p.sub {
-			out.sub[k] = c.clone()
+			out.sub[k] = c.cloneAs(k)
 		}
 	}
 	return out
@@ -260,10 +268,10 @@ func (d *jsonDecoder) objectIn(depth int, p *DataPaths) (any, error) {
 		var err error
 		var child *DataPaths
 		if end, ok := d.plainString(); ok {
-			// Looked up without a copy; copied only when kept.
+			// Looked up without a copy; kept as the path's own key.
 			child = p.sub[string(d.b[d.i+1:end])]
 			if child != nil {
-				k = string(d.b[d.i+1 : end])
+				k = child.key
 			}
 			d.i = end + 1
 		} else {

@@ -65,7 +65,12 @@ var pathSets = func() []*DataPaths {
 	deep.Add("pull_request", "number")
 	deep.Add("repository", "full_name")
 	deep.Add("issue", "pull_request")
-	return []*DataPaths{{}, a, deep}
+	// Paths made by Union: members cloned and merged under their keys.
+	more := &DataPaths{}
+	more.Add("pull_request", "title")
+	more.Add("c")
+	more.Add("x", "y", "z")
+	return []*DataPaths{{}, a, deep, a.Union(deep), deep.Union(more), more.Union(a).Union(deep)}
 }()
 
 // samePruned holds ParseJSONPaths to ParseJSON: it refuses what ParseJSON
