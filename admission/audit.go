@@ -51,8 +51,9 @@ const maxRecordWait = 30 * time.Second
 // auditWriter writes decision records with group commit. While no write
 // is in flight, a caller's records are published at once, each alone, as
 // Record builds them; records that arrive while one is in flight wait,
-// and are published together once it is acknowledged: one message per
-// subject (per agent), its body their records one a line (JSON lines; a
+// and are published together once it is acknowledged (or its caller
+// stops waiting for it, its context or maxRecordWait ended): one message
+// per subject (per agent), its body their records one a line (JSON lines; a
 // single record is the plain object it always was). So under concurrency
 // a burst of events costs JL_AUDIT one stored message per agent and
 // round trip, not one per event, and a lone event is written exactly as
@@ -128,8 +129,12 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 		defer cancel()
 	}
 	if !r.awaitCtx(wctx) {
-		// The round still has to end before the next starts.
-		go w.run(r, nil)
+		// Nobody waits for this write any more: what queued behind it
+		// is written now, not after an acknowledgement that may never
+		// come.
+		if calls := w.next(); calls != nil {
+			go w.run(group(w.js, calls), calls)
+		}
 		return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, wctx.Err())
 	}
 	if calls := w.next(); calls != nil {

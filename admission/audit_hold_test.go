@@ -125,6 +125,55 @@ func TestLoneWriteWithoutDeadlineEnds(t *testing.T) {
 	}
 }
 
+// Records queued behind a write whose caller gave up are written at
+// once: they do not wait for an acknowledgement nobody awaits.
+func TestRecordsQueuedBehindAnAbandonedWriteGoOn(t *testing.T) {
+	e := setup(t)
+	a := newAdmitter(t, e, nil, compile(t, reviewer))
+	h := holdAudit(t, e)
+	lead := make(chan error, 1)
+	leadCtx, cancelLead := context.WithCancel(context.Background())
+	defer cancelLead()
+	go func() { lead <- a.WriteRecords(leadCtx, recordsOf(t, a, "abandoned")) }()
+	h.next()
+	queued := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		queued <- a.WriteRecords(ctx, recordsOf(t, a, "behind"))
+	}()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if n := a.QueuedRecordCalls(); n != 1 {
+			return fmt.Errorf("%d calls queued", n)
+		}
+		return nil
+	})
+	// JL_AUDIT is back; the held write is never answered.
+	if err := h.sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streams.Provision(context.Background(), e.js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	cancelLead()
+	select {
+	case err := <-lead:
+		if err == nil {
+			t.Fatal("an abandoned write succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write whose context ended still waits")
+	}
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("the record queued behind an abandoned write: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the record queued behind an abandoned write never returned")
+	}
+}
+
 // A group never exceeds the server's max payload, however small it is
 // configured: records queued behind a write are split to fit, and every
 // caller's record is stored.

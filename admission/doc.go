@@ -15,20 +15,21 @@
 // again), the decision records in JL_AUDIT, and the dead letters
 // in JL_DLQ for events whose rules failed to evaluate.
 //
-// Decision records are written with group commit (WriteRecords): while
-// no write of records is in flight, an event's records are published at
-// once, each alone, a JSON object on jl.audit.admission.<agent> with a
-// Nats-Msg-Id naming the decision; records that arrive while one is in
-// flight wait for its acknowledgement and are then published together,
-// one message per agent holding up to MaxGroupRecords records (and
-// MaxGroupBytes, or the server's max payload less 1 KiB where that is
-// smaller), one JSON object a line, its Jetloop-Records header saying
-// how many, and no Nats-Msg-Id. Every caller returns only once the
-// message holding its records is stored, and a message that fails fails
-// every caller it held. A group is never sent twice, so a retry after a
-// failed write can store a decision again; Recent reads both forms,
-// skips a line that is not a record, and returns a decision stored twice
-// within the stream's duplicate window once.
+// Decision records are written with group commit (WriteRecords):
+// while no write of records is in flight, an event's records are
+// published at once, each alone, a JSON object on
+// jl.audit.admission.<agent> with a Nats-Msg-Id naming the decision;
+// records that arrive while one is in flight wait for its
+// acknowledgement (or its caller's giving up) and are then published
+// together, one message per agent holding up to MaxGroupRecords
+// records (and MaxGroupBytes, or the server's max payload less 1 KiB
+// where that is smaller), one JSON object a line, its Jetloop-Records
+// header saying how many, and no Nats-Msg-Id. Every caller returns
+// only once the message holding its records is stored, and a message
+// that fails fails every caller it held. A group is never sent twice,
+// so a retry after a failed write can store a decision again; Recent
+// reads both forms, skips a line that is not a record, and returns a
+// decision stored twice within the stream's duplicate window once.
 //
 // Delegate events (events.TypeDelegate, a session's delegate call) are
 // decided by the host's own rule (DelegateRule) rather than the agent's
