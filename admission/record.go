@@ -321,10 +321,14 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 }
 
 // ParseRecords returns the decision records the body of a JL_AUDIT
-// message holds: one JSON object, or several, one a line (see
-// HeaderRecords). A line that is not a record is skipped; the others
-// stand.
+// message holds: one JSON object (however laid out, as a message of one
+// record was always read), or several, one a line (see HeaderRecords).
+// A line that is not a record is skipped; the others stand.
 func ParseRecords(data []byte) []Record {
+	var one Record
+	if json.Unmarshal(data, &one) == nil {
+		return []Record{one}
+	}
 	var out []Record
 	for line := range bytes.Lines(data) {
 		var rec Record

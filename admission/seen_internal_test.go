@@ -58,3 +58,18 @@ func TestRecordsSeenForgetsOnlyPastTheWindow(t *testing.T) {
 		t.Errorf("%d records remembered, want %d", n, want)
 	}
 }
+
+// A message of one record is read whole, as it always was, however its
+// JSON is laid out; several records are read one a line.
+func TestParseRecordsReadsOneRecordWhole(t *testing.T) {
+	pretty := "{\n  \"time\": \"2026-05-01T12:00:00Z\",\n  \"event\": {\"id\": \"1\", \"source\": \"s\", \"type\": \"t\"},\n  \"agent\": \"a\",\n  \"decision\": \"admitted\"\n}\n"
+	got := ParseRecords([]byte(pretty))
+	if len(got) != 1 || got[0].Event.ID != "1" || got[0].Agent != "a" || got[0].Outcome != Admitted {
+		t.Fatalf("a record laid out on lines read as %+v", got)
+	}
+	lines := `{"time":"2026-05-01T12:00:00Z","event":{"id":"1","source":"s","type":"t"},"agent":"a","decision":"admitted"}` + "\n" +
+		`{"time":"2026-05-01T12:00:01Z","event":{"id":"2","source":"s","type":"t"},"agent":"a","decision":"admitted"}`
+	if got := ParseRecords([]byte(lines)); len(got) != 2 || got[0].Event.ID != "1" || got[1].Event.ID != "2" {
+		t.Fatalf("two records one a line read as %+v", got)
+	}
+}
