@@ -84,16 +84,19 @@ func (h *heldAudit) release(m *nats.Msg) {
 func TestLoneWriteWithoutDeadlineEnds(t *testing.T) {
 	e := setup(t)
 	a := newAdmitter(t, e, nil, compile(t, reviewer))
-	a.SetMaxRecordWait(time.Second)
+	// Long enough for the second write to queue behind the first on a
+	// loaded machine; its records are built before the first starts.
+	a.SetMaxRecordWait(5 * time.Second)
+	lost, behind := recordsOf(t, a, "lost"), recordsOf(t, a, "behind")
 	h := holdAudit(t, e)
 	lead := make(chan error, 1)
-	go func() { lead <- a.WriteRecords(context.Background(), recordsOf(t, a, "lost")) }()
+	go func() { lead <- a.WriteRecords(context.Background(), lost) }()
 	h.next()
 	queued := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		queued <- a.WriteRecords(ctx, recordsOf(t, a, "behind"))
+		queued <- a.WriteRecords(ctx, behind)
 	}()
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if n := a.QueuedRecordCalls(); n != 1 {
@@ -113,7 +116,7 @@ func TestLoneWriteWithoutDeadlineEnds(t *testing.T) {
 			t.Fatal("a write never acknowledged succeeded")
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("a write never acknowledged, its context without deadline, still waits after 20s (maxRecordWait 1s)")
+		t.Fatal("a write never acknowledged, its context without deadline, still waits after 20s (maxRecordWait 5s)")
 	}
 	select {
 	case err := <-queued:

@@ -24,9 +24,11 @@
 // together, one message per agent holding up to MaxGroupRecords
 // records (and MaxGroupBytes, or the server's max payload less 1 KiB
 // where that is smaller), one JSON object a line, its Jetloop-Records
-// header saying how many, and no Nats-Msg-Id. Every caller returns
-// only once the message holding its records is stored, and a message
-// that fails fails every caller it held. A group is never sent twice,
+// header saying how many, and no Nats-Msg-Id. A caller returns nil
+// only once the message holding its records is stored (it returns an
+// error when its context ends or the write's wait runs out first, and
+// its records may still be stored later), and a message that fails
+// fails every caller it held. A group is never sent twice,
 // so a retry after a failed write can store a decision again; Recent
 // reads both forms, skips a line that is not a record, and returns a
 // decision stored twice within the stream's duplicate window once.

@@ -64,10 +64,10 @@ func Parse(file string, data []byte) (*Compiled, error) {
 	for _, r := range []struct {
 		typ  ast.NodeType
 		what string
-	}{{ast.AliasType, "YAML anchors and aliases are"}, {ast.AnchorType, "YAML anchors and aliases are"}, {ast.TagType, "YAML tags (such as !!str) are"}} {
+	}{{ast.AliasType, "YAML anchors and aliases are not supported"}, {ast.AnchorType, "YAML anchors and aliases are not supported"}, {ast.TagType, "YAML tags (such as !!str) are not supported; quote a value that starts with !"}} {
 		if n := ast.Filter(r.typ, body); len(n) > 0 {
 			return nil, &Error{File: file, Line: n[0].GetToken().Position.Line, Column: n[0].GetToken().Position.Column,
-				Err: errors.New(r.what + " not supported")}
+				Err: errors.New(r.what)}
 		}
 	}
 	if body.Type() != ast.MappingType {

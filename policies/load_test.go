@@ -100,6 +100,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "two documents", yaml: head + "---\n" + head, line: 4, msgContain: "one agent a file"},
 		{name: "alias", yaml: "name: &n a\nmodel: {provider: scripted}\nsystem: *n\n", line: 3, msgContain: "anchors"},
 		{name: "tag where a list belongs", yaml: head + "tools: !!str bar\n", line: 3, col: 8, msgContain: "tags"},
+		{name: "unquoted CEL negation", yaml: head + "triggers:\n  - name: t\n    when: !event.data.draft\n", line: 5, col: 11, msgContain: "quote a value that starts with !"},
 		{name: "tag on a mapping", yaml: head + "triggers:\n  - !t {name: t}\n", line: 4, col: 5, msgContain: "tags"},
 		{name: "not a mapping", yaml: "- a\n- b\n", line: 1, msgContain: "mapping"},
 		{name: "empty", yaml: "# nothing\n", msgContain: "empty"},
