@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,7 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,20 +31,34 @@ func postSlackAt(t *testing.T, base, channel, eventID, ts, threadTS, text string
 	return signedSlack(t, base+"/chat/slack", "application/json", body)
 }
 
-// slackSigned counts the requests signedSlack signed.
-var slackSigned atomic.Int64
+// slackSigned holds the seconds signedSlack signed each body at.
+var slackSigned struct {
+	sync.Mutex
+	at map[string]bool
+}
 
 // signedSlack posts body signed as Slack does, at its own second (or ago
 // seconds before it): Slack signs every delivery, a retry too, when it is
-// sent, so each request here is back-dated a second more than the last
-// (well inside the five-minute window) and two requests in one second
-// are not one signature seen twice.
+// sent, and the receiver refuses a signature it has seen. A body signed
+// before at the second it would get is signed a second earlier instead
+// (well inside the five-minute window), so that a repeated request is
+// never one signature seen twice, however fast the test runs.
 func signedSlack(t *testing.T, url, contentType string, body []byte, ago ...int64) map[string]any {
 	t.Helper()
-	sec := time.Now().Unix() - slackSigned.Add(1)%120
+	sec := time.Now().Unix()
 	for _, a := range ago {
 		sec -= a
 	}
+	sum := sha256.Sum256(body)
+	slackSigned.Lock()
+	if slackSigned.at == nil {
+		slackSigned.at = make(map[string]bool)
+	}
+	for slackSigned.at[fmt.Sprintf("%d %x", sec, sum)] {
+		sec--
+	}
+	slackSigned.at[fmt.Sprintf("%d %x", sec, sum)] = true
+	slackSigned.Unlock()
 	now := strconv.FormatInt(sec, 10)
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", contentType)
