@@ -129,7 +129,8 @@ func NewConn(addr string, timeout time.Duration) *Conn {
 func (c *Conn) Dials() int { return c.dials }
 
 // Body is the start (up to KeepBody bytes) of the last answer's body; it
-// is overwritten by the next request.
+// is overwritten by the next request, and empty after a request that
+// failed (no part of an answer cut off or refused is kept).
 func (c *Conn) Body() []byte { return c.body }
 
 // Close closes the connection, if there is one. The Conn may be used
@@ -160,6 +161,7 @@ func (c *Conn) Do(r *Request, val string) (int, error) {
 	c.val = append(c.val[:0], val...)
 	status, err := c.try(r)
 	if err != nil {
+		c.body = c.body[:0]
 		_ = c.Close()
 		return 0, err
 	}
@@ -275,8 +277,9 @@ func readAnswer(br *bufio.Reader, body *[]byte) (status int, keep bool, err erro
 		}
 		k := min(length, KeepBody)
 		*body = (*body)[:k]
-		if _, err := io.ReadFull(br, *body); err != nil {
-			return 0, false, fmt.Errorf("body of %d bytes: %w", length, unexpected(err))
+		if n, err := io.ReadFull(br, *body); err != nil {
+			*body = (*body)[:n]
+			return 0, false, fmt.Errorf("body of %d bytes, %d read: %w", length, n, unexpected(err))
 		}
 		if n, err := br.Discard(int(length - k)); err != nil {
 			return 0, false, fmt.Errorf("body of %d bytes, %d read: %w", length, k+int64(n), unexpected(err))

@@ -577,3 +577,52 @@ func FuzzReadAnswer(f *testing.F) {
 		}
 	})
 }
+
+// TestBodyAfterFailedAnswer: an answer cut off inside its body is an
+// error, and Body then holds nothing, neither the failed answer's part
+// nor the answer before it.
+func TestBodyAfterFailedAnswer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if i == 0 {
+						_, _ = io.WriteString(nc, "HTTP/1.1 202 Accepted\r\nContent-Length: 5\r\n\r\nfirst")
+						continue
+					}
+					// Promises 100 bytes, writes 7, closes.
+					_, _ = io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+					return
+				}
+			}()
+		}
+	}()
+	r := request(t)
+	c := NewConn(l.Addr().String(), 10*time.Second)
+	defer c.Close()
+	if err := c.Expect(r, "first", http.StatusAccepted); err != nil || string(c.Body()) != "first" {
+		t.Fatalf("first answer: %v, body %q", err, c.Body())
+	}
+	if _, err := c.Do(r, "cut"); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("answer cut off in its body: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	if b := c.Body(); len(b) != 0 {
+		t.Fatalf("Body after a failed answer holds %q, want nothing", b)
+	}
+}
