@@ -37,28 +37,45 @@ var slackSigned struct {
 	at map[string]bool
 }
 
-// signedSlack posts body signed as Slack does, at its own second (or ago
-// seconds before it): Slack signs every delivery, a retry too, when it is
-// sent, and the receiver refuses a signature it has seen. A body signed
-// before at the second it would get is signed a second earlier instead
-// (well inside the five-minute window), so that a repeated request is
-// never one signature seen twice, however fast the test runs.
-func signedSlack(t *testing.T, url, contentType string, body []byte, ago ...int64) map[string]any {
-	t.Helper()
-	sec := time.Now().Unix()
+// maxSlackBackdate bounds, in seconds, how long before now signedSlack
+// signs a request: well inside the five minutes the receiver accepts
+// (slack.DefaultWindow), so a test that posts one body more often than
+// this fails, saying so, instead of sending a stale signature.
+const maxSlackBackdate = 60
+
+// slackSecond returns the second to sign body at, now less ago: Slack
+// signs every delivery, a retry too, when it is sent, and the receiver
+// refuses a signature it has seen, so a body signed already at that
+// second is signed at the latest earlier second it was not, one at a
+// time back, at most maxSlackBackdate seconds before now.
+func slackSecond(now int64, body []byte, ago ...int64) (int64, error) {
+	sec := now
 	for _, a := range ago {
 		sec -= a
 	}
-	sum := sha256.Sum256(body)
+	key := func(sec int64) string { return fmt.Sprintf("%d %x", sec, sha256.Sum256(body)) }
 	slackSigned.Lock()
+	defer slackSigned.Unlock()
 	if slackSigned.at == nil {
 		slackSigned.at = make(map[string]bool)
 	}
-	for slackSigned.at[fmt.Sprintf("%d %x", sec, sum)] {
-		sec--
+	for slackSigned.at[key(sec)] {
+		if sec--; now-sec > maxSlackBackdate {
+			return 0, fmt.Errorf("body %.40q signed at every second from %d back to %d already: more than %d s before now", body, now, sec+1, maxSlackBackdate)
+		}
 	}
-	slackSigned.at[fmt.Sprintf("%d %x", sec, sum)] = true
-	slackSigned.Unlock()
+	slackSigned.at[key(sec)] = true
+	return sec, nil
+}
+
+// signedSlack posts body signed as Slack does, at its own second (or ago
+// seconds before it; see slackSecond), and wants a 200 with a JSON body.
+func signedSlack(t *testing.T, url, contentType string, body []byte, ago ...int64) map[string]any {
+	t.Helper()
+	sec, err := slackSecond(time.Now().Unix(), body, ago...)
+	if err != nil {
+		t.Fatalf("sign a request to %s: %v", url, err)
+	}
 	now := strconv.FormatInt(sec, 10)
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", contentType)
