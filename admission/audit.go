@@ -3,7 +3,9 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,7 +110,7 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 		case err := <-c.done:
 			return err
 		case <-ctx.Done():
-			return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, ctx.Err())
+			return fmt.Errorf("admission: record %s: %w", describeRecords(msgs), ctx.Err())
 		}
 	}
 	w.busy = true
@@ -117,7 +119,7 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 	// here, as any publish is.
 	var r round
 	for _, m := range msgs {
-		r.publish(w.js, m, []*recordCall{c})
+		r.publish(w.js, m, 1, []*recordCall{c})
 	}
 	// Bounded like a group's wait: records queued behind this write wait
 	// for it, so an acknowledgement that never comes must not hold them
@@ -135,7 +137,7 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 		if calls := w.next(); calls != nil {
 			go w.run(group(w.js, calls), calls)
 		}
-		return fmt.Errorf("admission: record decisions on %s: %w", msgs[0].Subject, wctx.Err())
+		return fmt.Errorf("admission: record %s: %w", describeRecords(msgs), wctx.Err())
 	}
 	if calls := w.next(); calls != nil {
 		go w.run(group(w.js, calls), calls)
@@ -175,16 +177,47 @@ func (w *auditWriter) run(r round, calls []*recordCall) {
 type round struct {
 	futures []jetstream.PubAckFuture
 	holders [][]*recordCall // the calls whose records each future holds
+	records []int           // how many records each future holds
 }
 
-func (r *round) publish(js jetstream.JetStream, m *nats.Msg, holders []*recordCall) {
+func (r *round) publish(js jetstream.JetStream, m *nats.Msg, records int, holders []*recordCall) {
 	f, err := js.PublishMsgAsync(m)
 	if err != nil {
-		fail(holders, fmt.Errorf("admission: record decisions on %s: %w", m.Subject, err))
+		fail(holders, messageError(m, records, err))
 		return
 	}
 	r.futures = append(r.futures, f)
 	r.holders = append(r.holders, holders)
+	r.records = append(r.records, records)
+}
+
+// messageError is the failure err of the message m holding records
+// decision records.
+func messageError(m *nats.Msg, records int, err error) error {
+	if records == 1 {
+		return fmt.Errorf("admission: record a decision on %s: %w", m.Subject, err)
+	}
+	return fmt.Errorf("admission: record a message of %d decisions on %s: %w", records, m.Subject, err)
+}
+
+// describeRecords names the records msgs: how many, and on which
+// subjects (which agents).
+func describeRecords(msgs []*nats.Msg) string {
+	var subjects []string
+	for _, m := range msgs {
+		if !slices.Contains(subjects, m.Subject) {
+			subjects = append(subjects, m.Subject)
+		}
+	}
+	const most = 4
+	list := strings.Join(subjects[:min(len(subjects), most)], ", ")
+	if len(subjects) > most {
+		list += fmt.Sprintf(" and %d more", len(subjects)-most)
+	}
+	if len(msgs) == 1 {
+		return "a decision on " + list
+	}
+	return fmt.Sprintf("%d decisions on %s", len(msgs), list)
 }
 
 // await waits for every acknowledgement of r, until the latest deadline
@@ -211,11 +244,12 @@ func (r *round) await(calls []*recordCall, wait time.Duration) {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			fail(r.holders[i], fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, err))
+			fail(r.holders[i], messageError(f.Msg(), r.records[i], err))
 		case <-t.C:
-			// Nobody waits any more: the rest fail alike.
-			for _, h := range r.holders[i:] {
-				fail(h, fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, context.DeadlineExceeded))
+			// Nobody waits any more: the rest fail alike, each
+			// caller with the message of its own records.
+			for j := i; j < len(r.futures); j++ {
+				fail(r.holders[j], messageError(r.futures[j].Msg(), r.records[j], context.DeadlineExceeded))
 			}
 			return
 		}
@@ -230,9 +264,9 @@ func (r *round) awaitCtx(ctx context.Context) bool {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			fail(r.holders[i], fmt.Errorf("admission: record decisions on %s: %w", f.Msg().Subject, err))
+			fail(r.holders[i], messageError(f.Msg(), r.records[i], err))
 		case <-ctx.Done():
-			r.futures, r.holders = r.futures[i:], r.holders[i:]
+			r.futures, r.holders, r.records = r.futures[i:], r.holders[i:], r.records[i:]
 			return false
 		}
 	}
@@ -274,7 +308,7 @@ func group(js jetstream.JetStream, calls []*recordCall) round {
 			}
 			m.Header.Set(HeaderRecords, strconv.Itoa(len(p.msgs)))
 		}
-		r.publish(js, m, p.holders)
+		r.publish(js, m, len(p.msgs), p.holders)
 	}
 	for _, c := range calls {
 		for _, m := range c.msgs {

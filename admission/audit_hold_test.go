@@ -2,7 +2,9 @@ package admission_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,5 +247,85 @@ func TestGroupFitsServersMaxPayload(t *testing.T) {
 		if len(m.Data) > maxPayload {
 			t.Errorf("a message of %d bytes stored beyond the max payload %d", len(m.Data), maxPayload)
 		}
+	}
+}
+
+// A write of records that fails names what failed: a caller giving up
+// names each subject its records were on and how many, and a group's
+// messages that time out fail each caller with the message of its own
+// records, not the first message of the group.
+func TestFailedWritesNameTheirRecords(t *testing.T) {
+	e := setup(t)
+	a := newAdmitter(t, e, nil, compile(t, reviewer))
+	a.SetMaxRecordWait(2 * time.Second)
+	dup := func(id string) *nats.Msg {
+		m, err := a.DuplicateMessage(ghEvent(id, "com.github.pull_request.opened", `{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	agentSubject, err := e.names.Audit(admission.AuditKind, "reviewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noneSubject, err := e.names.Audit(admission.AuditKind, admission.NoAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recA := recordsOf(t, a, "a")
+	recB := []*nats.Msg{dup("b1"), dup("b2")}
+	recC := append(recordsOf(t, a, "c"), dup("c2"))
+	h := holdAudit(t, e)
+	leadCtx, cancelLead := context.WithCancel(context.Background())
+	defer cancelLead()
+	lead := make(chan error, 1)
+	go func() { lead <- a.WriteRecords(leadCtx, recordsOf(t, a, "lead")) }()
+	h.next()
+	queue := func(ctx context.Context, msgs []*nats.Msg, n int) chan error {
+		errs := make(chan error, 1)
+		go func() { errs <- a.WriteRecords(ctx, msgs) }()
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if q := a.QueuedRecordCalls(); q != n {
+				return fmt.Errorf("%d calls queued, want %d", q, n)
+			}
+			return nil
+		})
+		return errs
+	}
+	errA := queue(context.Background(), recA, 1)
+	errB := queue(context.Background(), recB, 2)
+	ctxC, cancelC := context.WithCancel(context.Background())
+	errC := queue(ctxC, recC, 3)
+	await := func(name string, errs chan error) error {
+		t.Helper()
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatalf("%s: a write never acknowledged succeeded", name)
+			}
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: a write never acknowledged still waits after 20s", name)
+			return nil
+		}
+	}
+	cancelC()
+	if err := await("caller gone", errC); !errors.Is(err, context.Canceled) ||
+		!strings.Contains(err.Error(), "2 decisions on "+agentSubject+", "+noneSubject) {
+		t.Fatalf("a caller gone with records on two subjects: %v", err)
+	}
+	cancelLead()
+	if err := await("lead", lead); !strings.Contains(err.Error(), "a decision on "+agentSubject) {
+		t.Fatalf("the lone write given up: %v", err)
+	}
+	// The group goes out (its messages held, never answered) and times
+	// out after the writer's wait: each caller hears of its own message.
+	if err := await("A", errA); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), agentSubject) || strings.Contains(err.Error(), noneSubject) {
+		t.Fatalf("the records on %s timed out as %v", agentSubject, err)
+	}
+	if err := await("B", errB); !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.Contains(err.Error(), "message of 3 decisions on "+noneSubject) || strings.Contains(err.Error(), agentSubject) {
+		t.Fatalf("the records on %s timed out as %v", noneSubject, err)
 	}
 }
