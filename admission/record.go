@@ -256,10 +256,20 @@ func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) ([]uint64,
 // Recent returns up to n of the newest admission records in JL_AUDIT
 // written since the given time, oldest first; agent "" means every agent.
 // A message may hold one record (a JSON object) or several (one a line,
-// see HeaderRecords); a line that is not a record is skipped. A decision
+// see HeaderRecords); a line that is not a decision record, or holds an
+// empty one (ParseRecords), is skipped. A decision
 // stored twice (the same event, source, agent, outcome and trigger within
 // recordWindow, as a retry after a failed write stores it) is returned
 // once, the first; every record of one message has its Seq.
+//
+// The window is measured on the records' own times, stamped by the
+// clock of the process that decided, not on when JL_AUDIT stored them:
+// a retry decided by another ingest whose clock is off from the first's
+// by more than two minutes less the retry's delay is shown twice, and
+// records stamped out of stream order by more than that (a process
+// clock behind) are not matched against those read before them. Ingest
+// processes whose clocks agree within seconds (NTP) show each stored
+// decision once.
 func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) ([]Record, error) {
 	filter := names.AuditAll()
 	if agent != "" {
@@ -299,7 +309,10 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 				continue
 			}
 			pending = md.NumPending
-			for _, rec := range ParseRecords(m.Data()) {
+			// What is not a record is skipped (ParseRecords): a
+			// reader is shown decisions only.
+			recs, _ := ParseRecords(m.Data())
+			for _, rec := range recs {
 				if seen.repeats(rec) {
 					continue
 				}
@@ -323,21 +336,47 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 // ParseRecords returns the decision records the body of a JL_AUDIT
 // message holds: one JSON object (however laid out, as a message of one
 // record was always read), or several, one a line (see HeaderRecords).
-// A line that is not a record is skipped; the others stand.
-func ParseRecords(data []byte) []Record {
+// A line that is not a decision record is skipped, and so is one that
+// parses but holds none (`null`, `{}`, an object without a time or a
+// decision), so a reader never shows an empty decision: the records
+// returned are the others, and the error, nil when every line was a
+// record, says how many lines were skipped, the first by its number.
+func ParseRecords(data []byte) ([]Record, error) {
 	var one Record
-	if json.Unmarshal(data, &one) == nil {
-		return []Record{one}
+	if json.Unmarshal(data, &one) == nil && isRecord(one) {
+		return []Record{one}, nil
 	}
-	var out []Record
+	var (
+		out     []Record
+		lines   int
+		skipped int
+		first   error
+	)
 	for line := range bytes.Lines(data) {
+		lines++
 		var rec Record
-		if json.Unmarshal(line, &rec) != nil {
+		err := json.Unmarshal(line, &rec)
+		if err == nil && !isRecord(rec) {
+			err = errors.New("no time or decision: not a decision record")
+		}
+		if err != nil {
+			if skipped++; first == nil {
+				first = fmt.Errorf("line %d: %w", lines, err)
+			}
 			continue
 		}
 		out = append(out, rec)
 	}
-	return out
+	if skipped > 0 {
+		return out, fmt.Errorf("admission: %d of %d lines of a JL_AUDIT message skipped; %w", skipped, lines, first)
+	}
+	return out, nil
+}
+
+// isRecord reports whether rec, as decoded, is a decision record: one
+// that says when and what was decided.
+func isRecord(rec Record) bool {
+	return !rec.Time.IsZero() && rec.Outcome != ""
 }
 
 // recordWindow is the span within which two records of one decision are

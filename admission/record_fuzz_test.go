@@ -26,7 +26,15 @@ func FuzzParseRecords(f *testing.F) {
 		f.Add(s.id, s.reason, s.junk)
 	}
 	f.Fuzz(func(t *testing.T, id, reason string, junk []byte) {
-		_ = admission.ParseRecords(junk)
+		recs, err := admission.ParseRecords(junk)
+		if err == nil && len(recs) == 0 && len(bytes.TrimSpace(junk)) > 0 {
+			t.Fatalf("%q read as no record and no error", junk)
+		}
+		for _, r := range recs {
+			if r.Time.IsZero() || r.Outcome == "" {
+				t.Fatalf("%q read as an empty record %+v", junk, r)
+			}
+		}
 		want := []admission.Record{
 			{Time: time.Unix(1, 0).UTC(), Event: admission.EventInfo{ID: id, Source: "s"}, Decision: admission.Decision{Agent: "a", Outcome: admission.Admitted, Reason: reason}},
 			{Time: time.Unix(2, 0).UTC(), Event: admission.EventInfo{ID: id + "/2", Source: "s"}, Decision: admission.Decision{Agent: "a", Outcome: admission.RateLimited}},
@@ -48,7 +56,7 @@ func FuzzParseRecords(f *testing.F) {
 		}
 		// The junk without newlines is one line between the two.
 		body := bytes.Join([][]byte{lines[0], bytes.ReplaceAll(junk, []byte("\n"), nil), lines[1]}, []byte("\n"))
-		got := admission.ParseRecords(body)
+		got, _ := admission.ParseRecords(body)
 		var kept []admission.Record
 		for _, r := range got {
 			if r.Event.Source == "s" && r.Agent == "a" && (r.Event.ID == want[0].Event.ID || r.Event.ID == want[1].Event.ID) && !r.Time.IsZero() {

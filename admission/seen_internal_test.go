@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,13 +64,34 @@ func TestRecordsSeenForgetsOnlyPastTheWindow(t *testing.T) {
 // JSON is laid out; several records are read one a line.
 func TestParseRecordsReadsOneRecordWhole(t *testing.T) {
 	pretty := "{\n  \"time\": \"2026-05-01T12:00:00Z\",\n  \"event\": {\"id\": \"1\", \"source\": \"s\", \"type\": \"t\"},\n  \"agent\": \"a\",\n  \"decision\": \"admitted\"\n}\n"
-	got := ParseRecords([]byte(pretty))
-	if len(got) != 1 || got[0].Event.ID != "1" || got[0].Agent != "a" || got[0].Outcome != Admitted {
-		t.Fatalf("a record laid out on lines read as %+v", got)
+	got, err := ParseRecords([]byte(pretty))
+	if err != nil || len(got) != 1 || got[0].Event.ID != "1" || got[0].Agent != "a" || got[0].Outcome != Admitted {
+		t.Fatalf("a record laid out on lines read as %+v, %v", got, err)
 	}
 	lines := `{"time":"2026-05-01T12:00:00Z","event":{"id":"1","source":"s","type":"t"},"agent":"a","decision":"admitted"}` + "\n" +
 		`{"time":"2026-05-01T12:00:01Z","event":{"id":"2","source":"s","type":"t"},"agent":"a","decision":"admitted"}`
-	if got := ParseRecords([]byte(lines)); len(got) != 2 || got[0].Event.ID != "1" || got[1].Event.ID != "2" {
-		t.Fatalf("two records one a line read as %+v", got)
+	if got, err := ParseRecords([]byte(lines)); err != nil || len(got) != 2 || got[0].Event.ID != "1" || got[1].Event.ID != "2" {
+		t.Fatalf("two records one a line read as %+v, %v", got, err)
+	}
+}
+
+// A line of a grouped message that parses but is no decision (null, {},
+// an object without a time or a decision) is skipped, never read as an
+// empty record, and the error says how many lines were and which first;
+// a whole body that is one of them is no record either.
+func TestParseRecordsSkipsEmptyRecords(t *testing.T) {
+	rec := `{"time":"2026-05-01T12:00:00Z","event":{"id":"1","source":"s","type":"t"},"agent":"a","decision":"admitted"}`
+	body := strings.Join([]string{`null`, rec, `{}`, `{"agent":"a"}`, `{"time":"2026-05-01T12:00:00Z"}`}, "\n")
+	got, err := ParseRecords([]byte(body))
+	if len(got) != 1 || got[0].Event.ID != "1" || got[0].Outcome != Admitted {
+		t.Fatalf("records of %q: %+v", body, got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "4 of 5 lines") || !strings.Contains(err.Error(), "line 1: ") {
+		t.Fatalf("records of %q: error %v, want one naming 4 of 5 lines skipped, line 1 first", body, err)
+	}
+	for _, body := range []string{`null`, `{}`, " { } \n", `{"event":{"id":"1"},"agent":"a"}`} {
+		if got, err := ParseRecords([]byte(body)); len(got) != 0 || err == nil {
+			t.Errorf("body %q read as %+v, %v; want no record and an error", body, got, err)
+		}
 	}
 }
