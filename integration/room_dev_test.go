@@ -3,7 +3,6 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -134,20 +134,26 @@ func TestDevOneAgentsFloodLeavesTheOthersRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The flooded agent's decisions: one a message, or several, one a
+	// line (admission.ParseRecords), when deliveries came together.
+	subject, err := n.Audit(admission.AuditKind, "flooded")
+	if err != nil {
+		t.Fatal(err)
+	}
 	found := false
 	for seq := uint64(1); !found; seq++ {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(n.AuditAll()))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if err != nil {
 			t.Fatalf("no no_room record of the flooded agent in JL_AUDIT: %v", err)
 		}
 		seq = m.Sequence
-		var rec struct {
-			Agent    string `json:"agent"`
-			Decision string `json:"decision"`
-			Reason   string `json:"reason"`
+		recs, err := admission.ParseRecords(m.Data)
+		if err != nil {
+			t.Fatalf("JL_AUDIT message %d on %s: %v", m.Sequence, subject, err)
 		}
-		_ = json.Unmarshal(m.Data, &rec)
-		found = rec.Agent == "flooded" && rec.Decision == "no_room" && strings.Contains(rec.Reason, "share")
+		for _, rec := range recs {
+			found = found || rec.Agent == "flooded" && rec.Outcome == admission.NoRoom && strings.Contains(rec.Reason, "share")
+		}
 	}
 	resp, err := http.Get(ready["http"] + "/metrics")
 	if err != nil {
