@@ -30,7 +30,8 @@
 // its records may still be stored later), and a message that fails
 // fails every caller it held. A group is never sent twice,
 // so a retry after a failed write can store a decision again; Recent
-// reads both forms, skips a line that is not a record, and returns a
+// reads both forms (ParseRecords), skips a line that holds no decision
+// record (`null` and `{}` included), and returns a
 // decision stored twice within the stream's duplicate window once.
 //
 // Delegate events (events.TypeDelegate, a session's delegate call) are
