@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,14 +75,49 @@ const maxRecordWait = 30 * time.Second
 type auditWriter struct {
 	js   jetstream.JetStream
 	wait time.Duration // maxRecordWait, shorter in tests
+	obs  atomic.Pointer[RecordObserver]
 
 	mu    sync.Mutex
 	busy  bool
 	queue []*recordCall
 }
 
+// RecordObserver is told what the writer of decision records
+// (WriteRecords) stored and what it failed to: the ingest's metrics.
+// Its methods are called from the goroutines that await the writes, and
+// must not block. agent is the agent token of the records' subject
+// (NoAgent for a record no single agent made).
+type RecordObserver interface {
+	// RecordsStored reports a JL_AUDIT message holding records
+	// decision records of agent stored.
+	RecordsStored(agent string, records int)
+	// RecordsWaited reports that n of them, of one caller, waited d
+	// from its WriteRecords until the message holding them was stored.
+	RecordsWaited(n int, d time.Duration)
+	// RecordsFailed reports a message holding records decision records
+	// of agent not stored: refused, or not acknowledged while anyone
+	// waited (timeout; the records may still be stored).
+	RecordsFailed(agent string, records int, timeout bool)
+}
+
+// ObserveRecords has o told of every message of decision records a's
+// WriteRecords stores or fails to store, from now on; nil: none.
+func (a *Admitter) ObserveRecords(o RecordObserver) {
+	if o == nil {
+		a.audit.obs.Store(nil)
+		return
+	}
+	a.audit.obs.Store(&o)
+}
+
+// recordAgent is the agent token of a record's subject, its last.
+func recordAgent(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
 // recordCall is one caller's records on their way.
 type recordCall struct {
+	start    time.Time
 	msgs     []*nats.Msg
 	deadline time.Time // zero: the caller has none
 	done     chan error
@@ -99,7 +135,7 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	c := &recordCall{msgs: msgs, done: make(chan error, 1)}
+	c := &recordCall{start: time.Now(), msgs: msgs, done: make(chan error, 1)}
 	c.deadline, _ = ctx.Deadline()
 	w := a.audit
 	w.mu.Lock()
@@ -117,9 +153,10 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 	w.mu.Unlock()
 	// Nothing in flight: published at once, each alone, and awaited
 	// here, as any publish is.
-	var r round
+	r := round{obs: w.observer()}
+	holders, counts := []*recordCall{c}, []int{1}
 	for _, m := range msgs {
-		r.publish(w.js, m, 1, []*recordCall{c})
+		r.publish(w.js, m, 1, holders, counts)
 	}
 	// Bounded like a group's wait: records queued behind this write wait
 	// for it, so an acknowledgement that never comes must not hold them
@@ -134,13 +171,14 @@ func (a *Admitter) WriteRecords(ctx context.Context, msgs []*nats.Msg) error {
 		// Nobody waits for this write any more: what queued behind it
 		// is written now, not after an acknowledgement that may never
 		// come.
+		r.gaveUp()
 		if calls := w.next(); calls != nil {
-			go w.run(group(w.js, calls), calls)
+			go w.run(group(w.js, w.observer(), calls), calls)
 		}
 		return fmt.Errorf("admission: record %s: %w", describeRecords(msgs), wctx.Err())
 	}
 	if calls := w.next(); calls != nil {
-		go w.run(group(w.js, calls), calls)
+		go w.run(group(w.js, w.observer(), calls), calls)
 	}
 	return c.err
 }
@@ -169,26 +207,72 @@ func (w *auditWriter) run(r round, calls []*recordCall) {
 		if calls = w.next(); calls == nil {
 			return
 		}
-		r = group(w.js, calls)
+		r = group(w.js, w.observer(), calls)
 	}
+}
+
+// observer is what the writer tells of its writes, or nil.
+func (w *auditWriter) observer() RecordObserver {
+	if o := w.obs.Load(); o != nil {
+		return *o
+	}
+	return nil
 }
 
 // round is the messages of one write in flight.
 type round struct {
+	obs     RecordObserver // nil: none
 	futures []jetstream.PubAckFuture
 	holders [][]*recordCall // the calls whose records each future holds
+	counts  [][]int         // how many records of each of those calls
 	records []int           // how many records each future holds
 }
 
-func (r *round) publish(js jetstream.JetStream, m *nats.Msg, records int, holders []*recordCall) {
+func (r *round) publish(js jetstream.JetStream, m *nats.Msg, records int, holders []*recordCall, counts []int) {
 	f, err := js.PublishMsgAsync(m)
 	if err != nil {
 		fail(holders, messageError(m, records, err))
+		if r.obs != nil {
+			r.obs.RecordsFailed(recordAgent(m.Subject), records, false)
+		}
 		return
 	}
 	r.futures = append(r.futures, f)
 	r.holders = append(r.holders, holders)
+	r.counts = append(r.counts, counts)
 	r.records = append(r.records, records)
+}
+
+// stored tells the observer that future i of r was stored.
+func (r *round) stored(i int) {
+	if r.obs == nil {
+		return
+	}
+	r.obs.RecordsStored(recordAgent(r.futures[i].Msg().Subject), r.records[i])
+	now := time.Now()
+	for k, c := range r.holders[i] {
+		r.obs.RecordsWaited(r.counts[i][k], now.Sub(c.start))
+	}
+}
+
+// failed fails the calls future i of r holds with err, and tells the
+// observer.
+func (r *round) failed(i int, err error, timeout bool) {
+	fail(r.holders[i], messageError(r.futures[i].Msg(), r.records[i], err))
+	if r.obs != nil {
+		r.obs.RecordsFailed(recordAgent(r.futures[i].Msg().Subject), r.records[i], timeout)
+	}
+}
+
+// gaveUp tells the observer that what r still awaits is not awaited
+// any more.
+func (r *round) gaveUp() {
+	if r.obs == nil {
+		return
+	}
+	for i, f := range r.futures {
+		r.obs.RecordsFailed(recordAgent(f.Msg().Subject), r.records[i], true)
+	}
 }
 
 // messageError is the failure err of the message m holding records
@@ -243,13 +327,14 @@ func (r *round) await(calls []*recordCall, wait time.Duration) {
 	for i, f := range r.futures {
 		select {
 		case <-f.Ok():
+			r.stored(i)
 		case err := <-f.Err():
-			fail(r.holders[i], messageError(f.Msg(), r.records[i], err))
+			r.failed(i, err, false)
 		case <-t.C:
 			// Nobody waits any more: the rest fail alike, each
 			// caller with the message of its own records.
 			for j := i; j < len(r.futures); j++ {
-				fail(r.holders[j], messageError(r.futures[j].Msg(), r.records[j], context.DeadlineExceeded))
+				r.failed(j, context.DeadlineExceeded, true)
 			}
 			return
 		}
@@ -263,10 +348,11 @@ func (r *round) awaitCtx(ctx context.Context) bool {
 	for i, f := range r.futures {
 		select {
 		case <-f.Ok():
+			r.stored(i)
 		case err := <-f.Err():
-			fail(r.holders[i], messageError(f.Msg(), r.records[i], err))
+			r.failed(i, err, false)
 		case <-ctx.Done():
-			r.futures, r.holders, r.records = r.futures[i:], r.holders[i:], r.records[i:]
+			r.futures, r.holders, r.counts, r.records = r.futures[i:], r.holders[i:], r.counts[i:], r.records[i:]
 			return false
 		}
 	}
@@ -283,13 +369,14 @@ func fail(calls []*recordCall, err error) {
 
 // group publishes the records of calls, one message per subject and
 // bound (MaxGroupRecords, groupBytes), in the order they came.
-func group(js jetstream.JetStream, calls []*recordCall) round {
+func group(js jetstream.JetStream, obs RecordObserver, calls []*recordCall) round {
 	type part struct {
 		msgs    []*nats.Msg
 		bytes   int
 		holders []*recordCall
+		counts  []int
 	}
-	var r round
+	r := round{obs: obs}
 	maxBytes := groupBytes(js)
 	open := map[string]*part{}
 	var order []string
@@ -308,7 +395,7 @@ func group(js jetstream.JetStream, calls []*recordCall) round {
 			}
 			m.Header.Set(HeaderRecords, strconv.Itoa(len(p.msgs)))
 		}
-		r.publish(js, m, len(p.msgs), p.holders)
+		r.publish(js, m, len(p.msgs), p.holders, p.counts)
 	}
 	for _, c := range calls {
 		for _, m := range c.msgs {
@@ -326,7 +413,9 @@ func group(js jetstream.JetStream, calls []*recordCall) round {
 			p.bytes += 1 + len(m.Data)
 			if n := len(p.holders); n == 0 || p.holders[n-1] != c {
 				p.holders = append(p.holders, c)
+				p.counts = append(p.counts, 0)
 			}
+			p.counts[len(p.counts)-1]++
 		}
 	}
 	for _, s := range order {

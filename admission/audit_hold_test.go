@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,6 +259,8 @@ func TestFailedWritesNameTheirRecords(t *testing.T) {
 	e := setup(t)
 	a := newAdmitter(t, e, nil, compile(t, reviewer))
 	a.SetMaxRecordWait(2 * time.Second)
+	obs := &recordObserver{}
+	a.ObserveRecords(obs)
 	dup := func(id string) *nats.Msg {
 		m, err := a.DuplicateMessage(ghEvent(id, "com.github.pull_request.opened", `{}`))
 		if err != nil {
@@ -328,4 +331,45 @@ func TestFailedWritesNameTheirRecords(t *testing.T) {
 		!strings.Contains(err.Error(), "message of 3 decisions on "+noneSubject) || strings.Contains(err.Error(), agentSubject) {
 		t.Fatalf("the records on %s timed out as %v", noneSubject, err)
 	}
+	// What the observer was told: the lone write given up, then the
+	// group's two messages timed out; nothing stored.
+	if got, want := obs.String(), "failed reviewer 1 timeout; failed reviewer 2 timeout; failed _ 3 timeout"; got != want {
+		t.Fatalf("observed %q, want %q", got, want)
+	}
+}
+
+// recordObserver keeps what an admission.RecordObserver is told.
+type recordObserver struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *recordObserver) add(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, fmt.Sprintf(format, args...))
+}
+
+func (o *recordObserver) RecordsStored(agent string, records int) {
+	o.add("stored %s %d", agent, records)
+}
+
+func (o *recordObserver) RecordsWaited(n int, d time.Duration) {
+	if d < 0 {
+		o.add("waited %d for %v", n, d)
+	}
+}
+
+func (o *recordObserver) RecordsFailed(agent string, records int, timeout bool) {
+	reason := "error"
+	if timeout {
+		reason = "timeout"
+	}
+	o.add("failed %s %d %s", agent, records, reason)
+}
+
+func (o *recordObserver) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return strings.Join(o.events, "; ")
 }

@@ -33,6 +33,8 @@
 // reads both forms (ParseRecords), skips a line that holds no decision
 // record (`null` and `{}` included), and returns a
 // decision stored twice within the stream's duplicate window once.
+// What the writer stores and fails to store is told to a
+// RecordObserver (Admitter.ObserveRecords): the ingest's metrics.
 //
 // Delegate events (events.TypeDelegate, a session's delegate call) are
 // decided by the host's own rule (DelegateRule) rather than the agent's

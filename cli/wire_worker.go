@@ -183,7 +183,13 @@ func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, l
 	if err != nil {
 		return nil, err
 	}
-	pipe := ingest.Pipeline(rt.JS, dd, adm, rt.Names, nil, int(rt.NC.MaxPayload())-64<<10, shares)
+	// The ingest's metrics, shared with the ingest of the same process:
+	// delegations' decisions and their records count beside webhooks'.
+	metrics := ingest.NewMetrics()
+	if err := metrics.Register(prometheus.DefaultRegisterer); err != nil {
+		return nil, fmt.Errorf("register ingest metrics: %w", err)
+	}
+	pipe := ingest.Pipeline(rt.JS, dd, adm, rt.Names, metrics, int(rt.NC.MaxPayload())-64<<10, shares)
 	return func(ctx context.Context, e event.Event) (worker.Admission, error) {
 		res, err := pipe(ctx, &ingest.Delivery{Event: e, Receiver: "delegate"})
 		switch {

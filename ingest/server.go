@@ -193,7 +193,9 @@ func (s *Server) pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admi
 // like any other: a worker starting a delegated session.
 //
 // shares bound each agent's and source's part of JL_IN's room
-// (streams.Shares); one value, or none for the defaults.
+// (streams.Shares); one value, or none for the defaults. The decision
+// records adm writes count in m (Admitter.ObserveRecords): give one
+// Admitter to one pipeline.
 func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitter, names streams.Names, m *Metrics, maxEventSize int, shares ...streams.Shares) Handler {
 	if maxEventSize <= 0 || maxEventSize > events.MaxEventSize {
 		maxEventSize = events.MaxEventSize
@@ -201,6 +203,7 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 	if m == nil {
 		m = NewMetrics()
 	}
+	adm.ObserveRecords(m)
 	var sh streams.Shares
 	if len(shares) > 0 {
 		sh = shares[0]

@@ -164,4 +164,10 @@ func TestDevOneAgentsFloodLeavesTheOthersRoom(t *testing.T) {
 	if !strings.Contains(string(metrics), `jetloop_ingest_room_refused_total{agent="flooded",scope="agent",source="github"}`) {
 		t.Fatalf("no refusal of the flooded agent in /metrics")
 	}
+	// The decision records the deliveries wrote count there too.
+	for _, series := range []string{`jetloop_ingest_audit_records_total{agent="flooded"}`, `jetloop_ingest_audit_messages_total{agent="steady"}`, `jetloop_ingest_audit_record_wait_seconds_count`} {
+		if !strings.Contains(string(metrics), series+" ") {
+			t.Fatalf("no %s in /metrics", series)
+		}
+	}
 }
