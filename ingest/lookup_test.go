@@ -1,0 +1,238 @@
+package ingest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetloop/jetloop/admission"
+	"github.com/jetloop/jetloop/ingest"
+	"github.com/jetloop/jetloop/internal/natstest"
+)
+
+// Agents with every limit admission keeps state for: a rate limit of one
+// event a minute, a throttle of one a minute, a debounce, and one without
+// any.
+const (
+	limitedAllYAML = `name: limited
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type == "com.github.pull_request.opened"
+    session: "'all'"
+    rate: {key: event.data.repository.full_name, per_minute: 1}
+`
+	throttledAllYAML = `name: throttled
+model: {provider: scripted}
+triggers:
+  - name: pr
+    when: event.type == "com.github.pull_request.opened"
+    session: "'all'"
+    throttle: {per_minute: 1}
+`
+)
+
+// dedupeKeys are the keys of jl_dedupe: the dedupe records, and the
+// rate-limit and throttle state admission keeps there.
+func (h *harness) dedupeKeys(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := h.js.KeyValue(ctx, h.names.BucketDedupe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// auditDecisions are the outcomes of the decision records in JL_AUDIT.
+func (h *harness) auditDecisions(t *testing.T) []admission.Outcome {
+	t.Helper()
+	recs, err := admission.Recent(context.Background(), h.js, h.names, "", time.Time{}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []admission.Outcome
+	for _, r := range recs {
+		out = append(out, r.Decision.Outcome)
+	}
+	return out
+}
+
+// A delivery of an event jl_dedupe remembers, which every agent's rules
+// would admit, publishes
+// nothing to JL_IN, takes no rate-limit token, claims no throttle turn,
+// joins no burst, writes only its duplicate record, and is answered with
+// the first handling's outcome. The next new event then finds the token,
+// the turn and the burst as they were.
+func TestDuplicateOfAdmittableEventActsOnNothing(t *testing.T) {
+	h := startDefs(t, nil, limitedAllYAML, throttledAllYAML, debouncedYAML, watcherYAML)
+	ctx := context.Background()
+	const source = "https://github.com/Codertocat/Hello-World"
+	first := ingest.Result{ID: "dup-1", Admitted: []ingest.Target{{Agent: "watcher", Session: "all", Seq: 7}}}
+	outcome, err := json.Marshal(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Record(ctx, source, "dup-1", outcome); err != nil {
+		t.Fatal(err)
+	}
+	keys := h.dedupeKeys(t)
+	body := fixture(t, "pull_request/opened.payload.json")
+	for i := range 3 {
+		r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "dup-1", body), body)
+		if r.status != http.StatusAccepted || r.body["duplicate"] != true {
+			t.Fatalf("delivery %d of a remembered event: %d %s, want 202 duplicate", i, r.status, r.raw)
+		}
+		want := `{"id":"dup-1","duplicate":true,"admitted":[{"agent":"watcher","session":"all","seq":7}]}`
+		if strings.TrimSpace(r.raw) != want {
+			t.Fatalf("duplicate answered %s, want the first handling's %s", r.raw, want)
+		}
+	}
+	if n := h.inCount(t, ""); n != 0 {
+		t.Fatalf("%d messages in JL_IN (events, bursts, throttled turns) after duplicates, want 0", n)
+	}
+	if got := h.dedupeKeys(t); !reflect.DeepEqual(got, keys) {
+		t.Fatalf("jl_dedupe keys after duplicates %v, want %v: a duplicate left rate-limit or throttle state", got, keys)
+	}
+	// The redeliveries' records share the event's message id: one.
+	if got, want := h.auditDecisions(t), []admission.Outcome{admission.Duplicate}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("JL_AUDIT holds %v, want %v", got, want)
+	}
+
+	// A new event finds everything untouched: the token, the turn now.
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "new-1", body), body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("new event: %d %s", r.status, r.raw)
+	}
+	got := map[string]string{}
+	for _, x := range r.body["admitted"].([]any) {
+		tg := x.(map[string]any)
+		how := "now"
+		if tg["debounced"] == true {
+			how = "debounced"
+		}
+		if tg["throttled"] == true {
+			how = "throttled"
+		}
+		got[tg["agent"].(string)] = how
+	}
+	if want := map[string]string{"limited": "now", "throttled": "now", "digest": "debounced", "watcher": "now"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("new event admitted %v, want %v (%s)", got, want, r.raw)
+	}
+	// Its redelivery is answered as it was, and acts on nothing either.
+	in := h.inCount(t, "")
+	again := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "new-1", body), body)
+	if again.status != http.StatusAccepted || again.body["duplicate"] != true || !reflect.DeepEqual(again.body["admitted"], r.body["admitted"]) {
+		t.Fatalf("redelivery: %d %s, want a duplicate admitted as %s", again.status, again.raw, r.raw)
+	}
+	if n := h.inCount(t, ""); n != in {
+		t.Fatalf("JL_IN went from %d to %d messages on a redelivery", in, n)
+	}
+	// And the token and turn are spent now: another event is limited.
+	r = post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "new-2", body), body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("second new event: %d %s", r.status, r.raw)
+	}
+	for _, x := range r.body["admitted"].([]any) {
+		if tg := x.(map[string]any); tg["agent"] == "limited" || tg["agent"] == "throttled" && tg["throttled"] != true {
+			t.Fatalf("second new event admitted %v at once: %s", tg, r.raw)
+		}
+	}
+}
+
+// A look-up that fails (jl_dedupe is gone, so no server answers it)
+// answers 503 with Retry-After, whatever the rules would admit: nothing
+// is published, recorded or audited.
+func TestFailedLookupAnswers503AndWritesNothing(t *testing.T) {
+	h := startDefs(t, nil, watcherYAML, debouncedYAML, throttledAllYAML)
+	ctx := context.Background()
+	if err := h.js.DeleteKeyValue(ctx, h.names.BucketDedupe()); err != nil {
+		t.Fatal(err)
+	}
+	body := fixture(t, "pull_request/opened.payload.json")
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "gone-1", body), body)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("with jl_dedupe gone: %d (Retry-After %q) %s, want 503", r.status, r.header.Get("Retry-After"), r.raw)
+	}
+	if !strings.Contains(r.body["error"].(string), "gone-1") {
+		t.Fatalf("the error %q does not name the event's id", r.body["error"])
+	}
+	if n := h.inCount(t, ""); n != 0 {
+		t.Fatalf("%d messages in JL_IN after a failed look-up, want 0", n)
+	}
+	if n := h.auditCount(t); n != 0 {
+		t.Fatalf("%d records in JL_AUDIT after a failed look-up, want 0", n)
+	}
+}
+
+// A sender that gives up while the look-up is under way (NATS down, so it
+// is never answered) leaves no handler waiting for it.
+func TestCancelledLookupLeavesNoGoroutine(t *testing.T) {
+	h := startConfig(t, nil, func(c *ingest.Config) { c.Timeout = time.Minute }, watcherYAML)
+	if err := h.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	body := fixture(t, "pull_request/opened.payload.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/webhooks/github", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range githubHeaders("pull_request", "gone-1", body) {
+		req.Header.Set(k, v)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		done <- err
+	}()
+	const waiting = "dedupe.(*Store).Seen"
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(stacks(), waiting) {
+			return errors.New("no handler waits for its look-up yet")
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("request: %v, want it cancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled request did not return")
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if s := stacks(); strings.Contains(s, waiting) {
+			return fmt.Errorf("a handler still waits for its look-up:\n%s", s)
+		}
+		return nil
+	})
+}
+
+// stacks are the stacks of every goroutine.
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
