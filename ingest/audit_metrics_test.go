@@ -114,9 +114,9 @@ func TestAuditMetrics(t *testing.T) {
 		total += n
 		grouped = h.auditCount(t)-before < n
 	}
-	if !grouped {
-		t.Fatalf("5 bursts of %d concurrent webhooks stored one decision a message", n)
-	}
+	// Whether a burst was grouped is the machine's doing (that it can be
+	// is TestConcurrentWebhooksEachHaveOneDecision's): the counts hold
+	// either way.
 	msgs := h.auditCount(t)
 	got := scrape(t, h.url)
 	for series, want := range map[string]float64{
@@ -130,8 +130,8 @@ func TestAuditMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", series, got[series], want)
 		}
 	}
-	if got[`jetloop_ingest_audit_message_records_bucket{le="1"}`] == float64(msgs) {
-		t.Errorf("every message counted as holding one record, though %d messages hold %d", msgs, total)
+	if ones := got[`jetloop_ingest_audit_message_records_bucket{le="1"}`]; grouped && ones == float64(msgs) || !grouped && ones != float64(msgs) {
+		t.Errorf("%v messages counted as holding one record; %d messages hold %d", ones, msgs, total)
 	}
 	for series := range got {
 		if strings.HasPrefix(series, "jetloop_ingest_audit_records_failed_total") {
