@@ -89,7 +89,9 @@ type auditWriter struct {
 // (NoAgent for a record no single agent made).
 type RecordObserver interface {
 	// RecordsStored reports a JL_AUDIT message holding records
-	// decision records of agent stored.
+	// decision records of agent stored. A lone record the server
+	// drops as a duplicate of one it holds (its Nats-Msg-Id seen
+	// within the stream's duplicate window) is not reported again.
 	RecordsStored(agent string, records int)
 	// RecordsWaited reports that n of them, of one caller, waited d
 	// from its WriteRecords until the message holding them was stored.
@@ -243,12 +245,17 @@ func (r *round) publish(js jetstream.JetStream, m *nats.Msg, records int, holder
 	r.records = append(r.records, records)
 }
 
-// stored tells the observer that future i of r was stored.
-func (r *round) stored(i int) {
+// stored tells the observer that future i of r was acknowledged with
+// ack: stored, or, a duplicate (a lone record whose Nats-Msg-Id the
+// stream holds already, as a retry's), dropped by the server as stored
+// before, so waited for but not counted again.
+func (r *round) stored(i int, ack *jetstream.PubAck) {
 	if r.obs == nil {
 		return
 	}
-	r.obs.RecordsStored(recordAgent(r.futures[i].Msg().Subject), r.records[i])
+	if ack == nil || !ack.Duplicate {
+		r.obs.RecordsStored(recordAgent(r.futures[i].Msg().Subject), r.records[i])
+	}
 	now := time.Now()
 	for k, c := range r.holders[i] {
 		r.obs.RecordsWaited(r.counts[i][k], now.Sub(c.start))
@@ -326,8 +333,8 @@ func (r *round) await(calls []*recordCall, wait time.Duration) {
 	defer t.Stop()
 	for i, f := range r.futures {
 		select {
-		case <-f.Ok():
-			r.stored(i)
+		case ack := <-f.Ok():
+			r.stored(i, ack)
 		case err := <-f.Err():
 			r.failed(i, err, false)
 		case <-t.C:
@@ -347,8 +354,8 @@ func (r *round) await(calls []*recordCall, wait time.Duration) {
 func (r *round) awaitCtx(ctx context.Context) bool {
 	for i, f := range r.futures {
 		select {
-		case <-f.Ok():
-			r.stored(i)
+		case ack := <-f.Ok():
+			r.stored(i, ack)
 		case err := <-f.Err():
 			r.failed(i, err, false)
 		case <-ctx.Done():
