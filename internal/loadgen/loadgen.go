@@ -156,6 +156,7 @@ func (c *Conn) Close() error {
 // as answered.
 func (c *Conn) Do(r *Request, val string) (int, error) {
 	if !value(val) {
+		c.body = c.body[:0]
 		return 0, fmt.Errorf("loadgen: header value %q has a CR, LF or NUL", val)
 	}
 	c.val = append(c.val[:0], val...)

@@ -626,3 +626,27 @@ func TestBodyAfterFailedAnswer(t *testing.T) {
 		t.Fatalf("Body after a failed answer holds %q, want nothing", b)
 	}
 }
+
+// TestBodyAfterRefusedValue: a request refused before it is sent (its
+// header value has a CR, LF or NUL) failed too, and Body then holds
+// nothing, not the answer before it.
+func TestBodyAfterRefusedValue(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, "first")
+	}))
+	defer srv.Close()
+	r := request(t)
+	c := NewConn(strings.TrimPrefix(srv.URL, "http://"), 10*time.Second)
+	defer c.Close()
+	if err := c.Expect(r, "first", http.StatusAccepted); err != nil || string(c.Body()) != "first" {
+		t.Fatalf("first answer: %v, body %q", err, c.Body())
+	}
+	if _, err := c.Do(r, "bad\r\nvalue"); err == nil {
+		t.Fatal("a header value with CR LF sent")
+	}
+	if b := c.Body(); len(b) != 0 {
+		t.Fatalf("Body after a refused request holds %q, want nothing", b)
+	}
+}
