@@ -2,7 +2,11 @@ package admission_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/jetloop/jetloop/admission"
 )
 
 // A lone record written again inside JL_AUDIT's duplicate window (a
@@ -35,5 +39,22 @@ func TestObserverNotToldOfARecordTheServerDropped(t *testing.T) {
 	}
 	if got, want := obs.String(), "stored reviewer 1"; got != want {
 		t.Fatalf("observed %q, want %q", got, want)
+	}
+}
+
+// ParseRecords' error for a skipped line shows the line, so whoever
+// reads it can find the message that holds it.
+func TestParseRecordsErrorShowsTheLine(t *testing.T) {
+	rec := `{"time":"2026-05-01T12:00:00Z","event":{"id":"1","source":"s","type":"t"},"agent":"a","decision":"admitted"}`
+	for _, bad := range []string{`{"agent":"nodecision"}`, `not json at all`} {
+		body := rec + "\n" + bad
+		got, err := admission.ParseRecords([]byte(body))
+		if len(got) != 1 || err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("records of %q: %d, %v; want 1 and an error quoting line 2", body, len(got), err)
+		}
+	}
+	long := `{"agent":"` + strings.Repeat("x", 500) + `"}`
+	if _, err := admission.ParseRecords([]byte(rec + "\n" + long)); err == nil || len(err.Error()) > 300 {
+		t.Errorf("a long skipped line: error %v, want one that shows the line's start only", err)
 	}
 }

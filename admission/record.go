@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -340,7 +341,8 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 // parses but holds none (`null`, `{}`, an object without a time or a
 // decision), so a reader never shows an empty decision: the records
 // returned are the others, and the error, nil when every line was a
-// record, says how many lines were skipped, the first by its number.
+// record, says how many lines were skipped, the first by its number and
+// its start, quoted.
 func ParseRecords(data []byte) ([]Record, error) {
 	var one Record
 	if json.Unmarshal(data, &one) == nil && isRecord(one) {
@@ -361,7 +363,7 @@ func ParseRecords(data []byte) ([]Record, error) {
 		}
 		if err != nil {
 			if skipped++; first == nil {
-				first = fmt.Errorf("line %d: %w", lines, err)
+				first = fmt.Errorf("line %d: %s: %w", lines, quoteStart(bytes.TrimRight(line, "\r\n")), err)
 			}
 			continue
 		}
@@ -371,6 +373,15 @@ func ParseRecords(data []byte) ([]Record, error) {
 		return out, fmt.Errorf("admission: %d of %d lines of a JL_AUDIT message skipped; %w", skipped, lines, first)
 	}
 	return out, nil
+}
+
+// quoteStart quotes b, or its first 80 bytes when it is longer.
+func quoteStart(b []byte) string {
+	const most = 80
+	if len(b) > most {
+		return strconv.Quote(string(b[:most])) + "…"
+	}
+	return strconv.Quote(string(b))
 }
 
 // isRecord reports whether rec, as decoded, is a decision record: one
