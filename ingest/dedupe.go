@@ -68,7 +68,7 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 				if err != nil {
 					return nil, err
 				}
-				if err := admission.Publish(ctx, js, []*nats.Msg{msg}); err != nil {
+				if err := writeRecords(ctx, js, m, []*nats.Msg{msg}); err != nil {
 					return nil, fmt.Errorf("%w: record duplicate: %w", ErrUnavailable, err)
 				}
 				res := &Result{ID: e.ID(), Duplicate: true, Admitted: []Target{}}

@@ -16,7 +16,9 @@ type Metrics struct {
 	publishFailures prometheus.Counter
 	roomRefused     *prometheus.CounterVec
 	seconds         *prometheus.HistogramVec
-	// The decision records admission writes (admission.RecordObserver).
+	// The decision records the pipeline writes: admission's
+	// (admission.RecordObserver), a duplicate's and a no_room
+	// refusal's (writeRecords).
 	auditRecords  *prometheus.CounterVec
 	auditMessages *prometheus.CounterVec
 	auditGroup    prometheus.Histogram

@@ -213,14 +213,14 @@ func Pipeline(js jetstream.JetStream, store *dedupe.Store, adm *admission.Admitt
 		Deduplicate(store, adm, js, m),
 		RefuseUnadmitted(),
 		Admit(adm),
-		Room(streams.NewInRoom(js, names, sh), m, auditNoRoom(js, names), maxEventSize),
+		Room(streams.NewInRoom(js, names, sh), m, auditNoRoom(js, names, m), maxEventSize),
 	)
 }
 
 // auditNoRoom records in JL_AUDIT, for each agent refused, that JL_IN had
 // no room for the event (decision no_room, with the reason): the sender is
 // answered 503, and the audit trail shows whose flood it was.
-func auditNoRoom(js jetstream.JetStream, names streams.Names) func(context.Context, *Delivery, map[string]error) {
+func auditNoRoom(js jetstream.JetStream, names streams.Names, m *Metrics) func(context.Context, *Delivery, map[string]error) {
 	return func(ctx context.Context, d *Delivery, refused map[string]error) {
 		var msgs []*nats.Msg
 		for _, dec := range d.Decisions {
@@ -240,7 +240,7 @@ func auditNoRoom(js jetstream.JetStream, names streams.Names) func(context.Conte
 		}
 		// JL_AUDIT drops its oldest when full: a failure here is NATS's,
 		// and the 503 that follows says why already.
-		_ = admission.Publish(ctx, js, msgs)
+		_ = writeRecords(ctx, js, m, msgs)
 	}
 }
 
