@@ -31,11 +31,14 @@ func postSlackAt(t *testing.T, base, channel, eventID, ts, threadTS, text string
 	return signedSlack(t, base+"/chat/slack", "application/json", body)
 }
 
-// slackSigned holds the seconds signedSlack signed each body at.
-var slackSigned struct {
+// slackSigner holds the seconds it signed each body at.
+type slackSigner struct {
 	sync.Mutex
 	at map[string]bool
 }
+
+// slackSigned is the signer of every test's Slack requests.
+var slackSigned slackSigner
 
 // maxSlackBackdate bounds, in seconds, how long before now signedSlack
 // signs a request: well inside the five minutes the receiver accepts
@@ -43,36 +46,37 @@ var slackSigned struct {
 // this fails, saying so, instead of sending a stale signature.
 const maxSlackBackdate = 60
 
-// slackSecond returns the second to sign body at, now less ago: Slack
+// second returns the second to sign body at, now less ago: Slack
 // signs every delivery, a retry too, when it is sent, and the receiver
 // refuses a signature it has seen, so a body signed already at that
 // second is signed at the latest earlier second it was not, one at a
 // time back, at most maxSlackBackdate seconds before now.
-func slackSecond(now int64, body []byte, ago ...int64) (int64, error) {
+func (s *slackSigner) second(now int64, body []byte, ago ...int64) (int64, error) {
 	sec := now
 	for _, a := range ago {
 		sec -= a
 	}
+	start := sec
 	key := func(sec int64) string { return fmt.Sprintf("%d %x", sec, sha256.Sum256(body)) }
-	slackSigned.Lock()
-	defer slackSigned.Unlock()
-	if slackSigned.at == nil {
-		slackSigned.at = make(map[string]bool)
+	s.Lock()
+	defer s.Unlock()
+	if s.at == nil {
+		s.at = make(map[string]bool)
 	}
-	for slackSigned.at[key(sec)] {
+	for s.at[key(sec)] {
 		if sec--; now-sec > maxSlackBackdate {
-			return 0, fmt.Errorf("body %.40q signed at every second from %d back to %d already: more than %d s before now", body, now, sec+1, maxSlackBackdate)
+			return 0, fmt.Errorf("body %.40q signed at every second from %d back to %d already: more than %d s before %d", body, start, sec+1, maxSlackBackdate, now)
 		}
 	}
-	slackSigned.at[key(sec)] = true
+	s.at[key(sec)] = true
 	return sec, nil
 }
 
 // signedSlack posts body signed as Slack does, at its own second (or ago
-// seconds before it; see slackSecond), and wants a 200 with a JSON body.
+// seconds before it; see slackSigner.second), and wants a 200 with a JSON body.
 func signedSlack(t *testing.T, url, contentType string, body []byte, ago ...int64) map[string]any {
 	t.Helper()
-	sec, err := slackSecond(time.Now().Unix(), body, ago...)
+	sec, err := slackSigned.second(time.Now().Unix(), body, ago...)
 	if err != nil {
 		t.Fatalf("sign a request to %s: %v", url, err)
 	}
