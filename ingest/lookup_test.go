@@ -195,6 +195,48 @@ func TestFailedLookupAnswers503AndWritesNothing(t *testing.T) {
 	}
 }
 
+// A look-up that fails while jl_dedupe itself still takes writes (the
+// server did not answer the read in time, say) records nothing there
+// either: a record would answer the sender's retry as a duplicate of an
+// event that was never published. Nor is anything published or audited.
+func TestFailedLookupRecordsNothing(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	h := serveLookup(t, js, lookupFailsJS{js}, 5*time.Second, nil, watcherYAML, debouncedYAML)
+	body := fixture(t, "pull_request/opened.payload.json")
+	r := post(t, h.url+"/webhooks/github", githubHeaders("pull_request", "slow-1", body), body)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("with the look-up failing: %d (Retry-After %q) %s, want 503", r.status, r.header.Get("Retry-After"), r.raw)
+	}
+	if keys := h.dedupeKeys(t); len(keys) != 0 {
+		t.Fatalf("jl_dedupe holds %v after a failed look-up, want nothing: the retry would be answered as a duplicate", keys)
+	}
+	if n := h.inCount(t, ""); n != 0 {
+		t.Fatalf("%d messages in JL_IN (events, bursts) after a failed look-up, want 0", n)
+	}
+	if n := h.auditCount(t); n != 0 {
+		t.Fatalf("%d records in JL_AUDIT after a failed look-up, want 0", n)
+	}
+}
+
+// lookupFailsJS is a JetStream whose key-value buckets answer every read
+// with a timeout, and take every write.
+type lookupFailsJS struct{ jetstream.JetStream }
+
+func (j lookupFailsJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return lookupFailsKV{kv}, nil
+}
+
+type lookupFailsKV struct{ jetstream.KeyValue }
+
+func (lookupFailsKV) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
+	return nil, fmt.Errorf("injected: get %s: %w", key, nats.ErrTimeout)
+}
+
 // A sender that gives up while the look-up is under way (NATS down, so it
 // is never answered) leaves no handler waiting for it. Nothing else ends
 // the wait within the test: the ingest's timeout and the JetStream
@@ -208,43 +250,21 @@ func TestCancelledLookupLeavesNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	names := streams.Default()
-	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	rules := admission.NewRules()
-	c, err := policies.Parse("watcher.yaml", []byte(watcherYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules.Set(c)
-	adm, err := admission.New(ctx, js, rules, admission.Config{Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := dedupe.New(ctx, js, dedupe.Config{Names: names})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ing, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: time.Hour, Log: logtest.ForTest(t)}, js, store, adm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	ing.Mount(mux)
 	returned := make(chan struct{}, 1)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			select {
-			case returned <- struct{}{}:
-			default:
-			}
-		}()
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	// Run before hs.Close, which waits for its handlers: a handler still
-	// waiting (the test failed) is released by the connection's close.
+	h := serveLookup(t, js, js, time.Hour, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				select {
+				case returned <- struct{}{}:
+				default:
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}, watcherYAML)
+	// Run before the HTTP server's close, which waits for its handlers: a
+	// handler still waiting (the test failed) is released by the
+	// connection's close.
 	t.Cleanup(nc.Close)
 
 	if err := s.Shutdown(ctx); err != nil {
@@ -259,7 +279,7 @@ func TestCancelledLookupLeavesNoGoroutine(t *testing.T) {
 	body := fixture(t, "pull_request/opened.payload.json")
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, hs.URL+"/webhooks/github", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url+"/webhooks/github", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,4 +325,46 @@ func TestCancelledLookupLeavesNoGoroutine(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a handler still waits for its look-up 10s after its sender gave up")
 	}
+}
+
+// serveLookup provisions the deployment on js and serves an ingest on
+// loopback whose dedupe store reads and writes jl_dedupe through storeJS
+// and whose HTTP handler is wrapped by wrap (when not nil), with the
+// definitions yamls and the request timeout timeout.
+func serveLookup(t *testing.T, js, storeJS jetstream.JetStream, timeout time.Duration, wrap func(http.Handler) http.Handler, yamls ...string) *harness {
+	t.Helper()
+	ctx := context.Background()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rules := admission.NewRules()
+	for _, y := range yamls {
+		c, err := policies.Parse(t.Name()+".yaml", []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules.Set(c)
+	}
+	adm, err := admission.New(ctx, js, rules, admission.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := dedupe.New(ctx, storeJS, dedupe.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing, err := ingest.New(ingest.Config{Names: names, GitHubSecret: []byte(secret), Token: token, Timeout: timeout, Log: logtest.ForTest(t)}, js, store, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	ing.Mount(mux)
+	var hd http.Handler = mux
+	if wrap != nil {
+		hd = wrap(mux)
+	}
+	hs := httptest.NewServer(hd)
+	t.Cleanup(hs.Close)
+	return &harness{url: hs.URL, js: js, names: names, adm: adm, store: store, ing: ing}
 }
