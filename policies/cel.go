@@ -167,6 +167,9 @@ type Expr struct {
 	readsData bool
 	// dataPaths: what of event.data it reads (eventDataPaths).
 	dataPaths *DataPaths
+	// loops: the expression holds a comprehension (all, exists, map,
+	// filter), the only part of an evaluation a context can interrupt.
+	loops bool
 }
 
 // String returns the expression's source.
@@ -245,7 +248,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if err != nil {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
-	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}}
+	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked)}
 	if x.readsData {
 		x.dataPaths = eventDataPaths(checked)
 	}
@@ -300,9 +303,34 @@ func checkFields(checked *cel.Ast, known map[string][]string) error {
 // error, the cost limit, or the context ending.
 var ErrEval = errors.New("policies: rule evaluation failed")
 
-func (x *Expr) eval(ctx context.Context, vars Vars) (ref.Val, error) {
+// run evaluates the program over vars. Only a comprehension's iterations
+// check the context, so an expression without one is evaluated without
+// it: the same evaluation, without the cancelable context the
+// interpreter derives from ctx for every run.
+func (x *Expr) run(ctx context.Context, vars Vars) (ref.Val, error) {
 	// The interpreter recognises a plain map, not a named map type.
+	if !x.loops {
+		out, _, err := x.prg.Eval(map[string]any(vars))
+		return out, err
+	}
 	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	return out, err
+}
+
+// hasComprehension reports whether a checked expression holds a
+// comprehension.
+func hasComprehension(checked *cel.Ast) bool {
+	found := false
+	ast.PreOrderVisit(ast.NavigateAST(checked.NativeRep()), ast.NewExprVisitor(func(e ast.Expr) {
+		if e.Kind() == ast.ComprehensionKind {
+			found = true
+		}
+	}))
+	return found
+}
+
+func (x *Expr) eval(ctx context.Context, vars Vars) (ref.Val, error) {
+	out, err := x.run(ctx, vars)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrEval, x.src, err)
 	}
@@ -328,7 +356,7 @@ func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
 // evalValue evaluates an expression into plain Go (see nativeOf). A
 // field, key or index the input lacks is errMissing.
 func (x *Expr) evalValue(ctx context.Context, vars Vars) (any, error) {
-	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	out, err := x.run(ctx, vars)
 	if err == nil && types.IsError(out) {
 		err = out.(*types.Err)
 	}
