@@ -13,6 +13,8 @@ import (
 	"github.com/google/cel-go/cel"
 	celchecker "github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
@@ -170,6 +172,10 @@ type Expr struct {
 	// loops: the expression holds a comprehension (all, exists, map,
 	// filter), the only part of an evaluation a context can interrupt.
 	loops bool
+	// types, for a condition over `event` whose first term tests
+	// event.type against literals, is that test: a type it refuses makes
+	// the condition false without an evaluation (see typeTest).
+	types func(string) bool
 }
 
 // String returns the expression's source.
@@ -249,6 +255,9 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
 	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked)}
+	if kind == condOverEvent {
+		x.types = typeTest(checked.NativeRep().Expr())
+	}
 	if x.readsData {
 		x.dataPaths = eventDataPaths(checked)
 	}
@@ -317,6 +326,67 @@ func (x *Expr) run(ctx context.Context, vars Vars) (ref.Val, error) {
 	return out, err
 }
 
+// typeTest returns, for a condition whose first term (the leftmost
+// operand of its top-level &&s, which the interpreter evaluates first)
+// compares event.type with string literals (event.type == "t",
+// event.type in ["t", ...], event.type.startsWith("p")), that comparison:
+// where it is false, so is the condition, whatever its other terms hold
+// (CEL's && is false when any term is, errors included), and the first
+// term can neither fail nor reach the cost limit before it. Otherwise nil.
+func typeTest(e ast.Expr) func(string) bool {
+	for e.Kind() == ast.CallKind && e.AsCall().FunctionName() == operators.LogicalAnd && len(e.AsCall().Args()) == 2 {
+		e = e.AsCall().Args()[0]
+	}
+	if e.Kind() != ast.CallKind {
+		return nil
+	}
+	call := e.AsCall()
+	args := call.Args()
+	isType := func(e ast.Expr) bool {
+		if e.Kind() != ast.SelectKind || e.AsSelect().IsTestOnly() || e.AsSelect().FieldName() != "type" {
+			return false
+		}
+		op := e.AsSelect().Operand()
+		return op.Kind() == ast.IdentKind && op.AsIdent() == "event"
+	}
+	literal := func(e ast.Expr) (string, bool) {
+		if e.Kind() != ast.LiteralKind {
+			return "", false
+		}
+		s, ok := e.AsLiteral().(types.String)
+		return string(s), ok
+	}
+	switch {
+	case call.FunctionName() == operators.Equals && len(args) == 2:
+		l, r := args[0], args[1]
+		if !isType(l) {
+			l, r = r, l
+		}
+		if want, ok := literal(r); ok && isType(l) {
+			return func(t string) bool { return t == want }
+		}
+	case call.FunctionName() == operators.In && len(args) == 2 && isType(args[0]) && args[1].Kind() == ast.ListKind:
+		list := args[1].AsList()
+		if len(list.OptionalIndices()) > 0 {
+			return nil
+		}
+		var want []string
+		for _, el := range list.Elements() {
+			s, ok := literal(el)
+			if !ok {
+				return nil
+			}
+			want = append(want, s)
+		}
+		return func(t string) bool { return slices.Contains(want, t) }
+	case call.FunctionName() == overloads.StartsWith && call.IsMemberFunction() && isType(call.Target()) && len(args) == 1:
+		if prefix, ok := literal(args[0]); ok {
+			return func(t string) bool { return strings.HasPrefix(t, prefix) }
+		}
+	}
+	return nil
+}
+
 // hasComprehension reports whether a checked expression holds a
 // comprehension.
 func hasComprehension(checked *cel.Ast) bool {
@@ -340,8 +410,18 @@ func (x *Expr) eval(ctx context.Context, vars Vars) (ref.Val, error) {
 	return out, nil
 }
 
+// maxTypeTest bounds the event type a condition's type test decides
+// alone: the test's cost (a tenth of a unit a byte) stays far below
+// CostLimit, which a longer type could reach, as the evaluation would.
+const maxTypeTest = 64 << 10
+
 // EvalBool evaluates a condition.
 func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
+	if x.types != nil {
+		if t, ok := vars.Event()["type"].(string); ok && len(t) <= maxTypeTest && !x.types(t) {
+			return false, nil
+		}
+	}
 	out, err := x.eval(ctx, vars)
 	if err != nil {
 		return false, err
