@@ -31,7 +31,8 @@
 // fails every caller it held. A group is never sent twice,
 // so a retry after a failed write can store a decision again; Recent
 // reads both forms (ParseRecords), skips a line that holds no decision
-// record (`null` and `{}` included), and returns a
+// record (`null` and `{}` included; ReadRecent counts the messages
+// that had such lines), and returns a
 // decision stored twice within the stream's duplicate window once.
 // What the writer stores and fails to store is told to a
 // RecordObserver (Admitter.ObserveRecords): the ingest's metrics.

@@ -272,11 +272,30 @@ func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) ([]uint64,
 // processes whose clocks agree within seconds (NTP) show each stored
 // decision once.
 func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) ([]Record, error) {
+	read, err := ReadRecent(ctx, js, names, agent, since, n)
+	return read.Records, err
+}
+
+// RecentRead is what ReadRecent read of JL_AUDIT.
+type RecentRead struct {
+	// Records are Recent's.
+	Records []Record
+	// Skipped counts the messages read that held a line of no decision
+	// record (ParseRecords), skipped; Skip is the first one's error,
+	// naming its sequence and line. A reader says so rather than drop
+	// them without a word.
+	Skipped int
+	Skip    error
+}
+
+// ReadRecent is Recent, saying too what it skipped.
+func ReadRecent(ctx context.Context, js jetstream.JetStream, names streams.Names, agent string, since time.Time, n int) (RecentRead, error) {
+	var read RecentRead
 	filter := names.AuditAll()
 	if agent != "" {
 		s, err := names.Audit(AuditKind, agent)
 		if err != nil {
-			return nil, err
+			return RecentRead{}, err
 		}
 		filter = s
 	} else if s, err := names.Audit(AuditKind, NoAgent); err == nil {
@@ -288,11 +307,11 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 		OptStartTime:   &since,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+		return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+		return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
 	}
 	pending := info.NumPending
 	var out []Record
@@ -300,7 +319,7 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+			return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -311,8 +330,13 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 			}
 			pending = md.NumPending
 			// What is not a record is skipped (ParseRecords): a
-			// reader is shown decisions only.
-			recs, _ := ParseRecords(m.Data())
+			// reader is shown decisions only, and told of the rest.
+			recs, err := ParseRecords(m.Data())
+			if err != nil {
+				if read.Skipped++; read.Skip == nil {
+					read.Skip = fmt.Errorf("%s message %d on %s: %w", names.StreamAudit(), md.Sequence.Stream, m.Subject(), err)
+				}
+			}
 			for _, rec := range recs {
 				if seen.repeats(rec) {
 					continue
@@ -325,13 +349,14 @@ func Recent(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
+			return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
 		}
 		if got == 0 {
 			break
 		}
 	}
-	return out, nil
+	read.Records = out
+	return read, nil
 }
 
 // ParseRecords returns the decision records the body of a JL_AUDIT

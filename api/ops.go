@@ -521,10 +521,14 @@ func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse
 	if req.Since.IsZero() {
 		req.Since = time.Now().Add(-time.Hour)
 	}
-	recs, err := admission.Recent(ctx, s.js, s.names, req.Agent, req.Since, req.Limit)
+	read, err := admission.ReadRecent(ctx, s.js, s.names, req.Agent, req.Since, req.Limit)
 	if err != nil {
 		return EventsResponse{}, err
 	}
+	if read.Skip != nil {
+		s.log.Warn("JL_AUDIT messages with lines of no decision record, skipped", "filter_agent", req.Agent, "messages", read.Skipped, "err", read.Skip)
+	}
+	recs := read.Records
 	if recs == nil {
 		recs = []admission.Record{}
 	}
@@ -539,7 +543,10 @@ func (s *Service) events(ctx context.Context, req EventsRequest) (EventsResponse
 	if changes == nil {
 		changes = []policies.Event{}
 	}
-	out := EventsResponse{Records: recs, Changes: changes}
+	out := EventsResponse{Records: recs, Changes: changes, Skipped: read.Skipped}
+	if read.Skip != nil {
+		out.SkippedError = read.Skip.Error()
+	}
 	// Keep the newest when they do not all fit; definition changes, which
 	// are few, get up to a quarter of the room.
 	budget := s.cfg.MaxResponse - 1024

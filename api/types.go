@@ -245,6 +245,11 @@ type EventsResponse struct {
 	Records   []admission.Record `json:"records"`
 	Changes   []policies.Event   `json:"changes"`
 	Truncated bool               `json:"truncated,omitempty"`
+	// Skipped counts the JL_AUDIT messages read that held a line of no
+	// decision record (admission.ParseRecords: not JSON, null, {}),
+	// skipped; SkippedError names the first, by sequence and line.
+	Skipped      int    `json:"skipped,omitempty"`
+	SkippedError string `json:"skipped_error,omitempty"`
 }
 
 // Dead letter actions.

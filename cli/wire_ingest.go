@@ -279,6 +279,9 @@ func runEvents(ctx context.Context, env *Env, args []string) error {
 	if resp.Truncated {
 		fmt.Fprintf(env.Stderr, "jetloop events: only the newest %d decisions and %d changes fit one answer\n", len(resp.Records), len(changes))
 	}
+	if resp.Skipped > 0 {
+		fmt.Fprintf(env.Stderr, "jetloop events: %d JL_AUDIT messages held lines of no decision record, skipped (the first: %s)\n", resp.Skipped, resp.SkippedError)
+	}
 	if cf.json {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
