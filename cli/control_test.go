@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/cli"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/ingest/slack"
@@ -281,6 +282,22 @@ func TestAgentsAndEventsThroughTheAPI(t *testing.T) {
 	code, out, errs = run(t, nil, "events", "--json", "--server", natsURL)
 	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "[") {
 		t.Errorf("events: exit %d, %s %s", code, out, errs)
+	}
+	// A JL_AUDIT message that holds no decision record is skipped, and
+	// said so on stderr.
+	_, js := natstest.Connect(t, natsURL)
+	subject, err := streams.Default().Audit(admission.AuditKind, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, subject, []byte("not a record")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = run(t, nil, "events", "--server", natsURL)
+	if code != 0 || !strings.Contains(errs, "1 JL_AUDIT messages held lines of no decision record, skipped") || !strings.Contains(errs, `"not a record"`) {
+		t.Errorf("events with a message of no record: exit %d, %s %s", code, out, errs)
 	}
 	s := natstest.RunServer(t)
 	if code, _, errs := run(t, nil, "agents", "--server", s.ClientURL()); code != 1 || !strings.Contains(errs, "no jetloop API answers") {
