@@ -3,6 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -278,6 +280,22 @@ model:
 		}
 		if !found {
 			t.Fatalf("no refused decision among the events:\n%s", out)
+		}
+		// The delegations' decision records count in the ingest's
+		// metrics of the process: ping-b is admitted by delegation only.
+		resp, err := http.Get(ready["http"] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, series := range []string{`jetloop_ingest_audit_records_total{agent="ping-b"} `, `jetloop_ingest_decisions_total{agent="ping-b",decision="admitted"} `} {
+			if !strings.Contains(string(metrics), series) {
+				t.Fatalf("no %s in /metrics", series)
+			}
 		}
 	})
 
