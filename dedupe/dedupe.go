@@ -57,6 +57,9 @@ type Store struct {
 	kv    jetstream.KeyValue
 	names streams.Names
 	ttl   time.Duration
+	// w makes the lookup and the create as plain requests (wire.go);
+	// nil where they go through kv.
+	w *wire
 }
 
 // New binds to the deployment's jl_dedupe bucket, which streams.Provision
@@ -70,7 +73,35 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("dedupe: open bucket %s: %w", cfg.Names.BucketDedupe(), err)
 	}
-	return &Store{kv: kv, names: cfg.Names, ttl: cfg.TTL}, nil
+	var w *wire
+	if ownKV(kv) {
+		if w, err = newWire(ctx, js, cfg.Names.BucketDedupe(), cfg.TTL); err != nil {
+			return nil, err
+		}
+	}
+	return &Store{kv: kv, names: cfg.Names, ttl: cfg.TTL, w: w}, nil
+}
+
+// get is s.kv.Get(ctx, key) of a key names built.
+func (s *Store) get(ctx context.Context, key string) (entry, error) {
+	if s.w != nil {
+		e, _, err := s.w.get(ctx, key)
+		return e, err
+	}
+	kve, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{value: kve.Value(), revision: kve.Revision(), created: kve.Created()}, nil
+}
+
+// create is s.kv.Create(ctx, key, value, jetstream.KeyTTL(s.ttl)) of a
+// key names built.
+func (s *Store) create(ctx context.Context, key string, value []byte) (uint64, error) {
+	if s.w != nil {
+		return s.w.create(ctx, key, value)
+	}
+	return s.kv.Create(ctx, key, value, jetstream.KeyTTL(s.ttl))
 }
 
 // ErrConflict means an id was recorded for another request: the same
@@ -143,7 +174,7 @@ func Digest(parts ...[]byte) string {
 // there is one.
 func (s *Store) Seen(ctx context.Context, source, id string) (Entry, bool, error) {
 	key := s.names.DedupeKey(source, id)
-	e, err := s.kv.Get(ctx, key)
+	e, err := s.get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		return Entry{}, false, nil
@@ -151,9 +182,9 @@ func (s *Store) Seen(ctx context.Context, source, id string) (Entry, bool, error
 		return Entry{}, false, fmt.Errorf("dedupe: look up %s (source %q, id %q): %w", key, source, id, err)
 	}
 	var ent Entry
-	if err := json.Unmarshal(e.Value(), &ent); err != nil {
+	if err := json.Unmarshal(e.value, &ent); err != nil {
 		// An unreadable entry still means the event was handled.
-		return Entry{At: e.Created()}, true, nil
+		return Entry{At: e.created}, true, nil
 	}
 	return ent, true, nil
 }
@@ -202,22 +233,22 @@ func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, op
 	if err != nil {
 		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s: %w", key, err)
 	}
-	rev, err := s.kv.Create(ctx, key, val, jetstream.KeyTTL(s.ttl))
+	rev, err := s.create(ctx, key, val)
 	if err == nil {
 		return ent, rev, true, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, err)
 	}
-	kve, err := s.kv.Get(ctx, key)
+	kve, err := s.get(ctx, key)
 	if err != nil {
 		return Entry{}, 0, false, fmt.Errorf("dedupe: read %s (source %q, id %q): %w", key, source, id, err)
 	}
 	var prev Entry
-	if err := json.Unmarshal(kve.Value(), &prev); err != nil {
-		prev = Entry{At: kve.Created()}
+	if err := json.Unmarshal(kve.value, &prev); err != nil {
+		prev = Entry{At: kve.created}
 	}
-	return prev, kve.Revision(), false, nil
+	return prev, kve.revision, false, nil
 }
 
 // Amend replaces the outcome of the entry of source and id, which must

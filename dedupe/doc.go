@@ -14,6 +14,14 @@
 // caller claim an id before it acts (control requests, applied control
 // messages).
 //
+// Seen's lookup and Record's and Claim's create are an event's two
+// operations on the bucket, so the store makes them as plain requests on
+// the bucket's stream (a direct get of the key's last message, a publish
+// expecting none) and reads their answers as jetstream's KV API reads
+// them, without its per-call key check and option building; a bucket the
+// KV API would reach another way (an API prefix or domain, a mirror, no
+// direct gets) goes through the KV API.
+//
 // It sits in the ingest pipeline after the CloudEvent is built and before
 // admission. It does not decide what an event admits, and does not
 // publish events: it only names and remembers them.
