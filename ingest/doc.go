@@ -16,8 +16,10 @@
 // same Pipeline for the delegate events of its sessions. A sender
 // gets 202 only once JetStream has acknowledged every publish the event
 // caused; a duplicate gets 202 with "duplicate": true and publishes
-// nothing; when NATS is unreachable or a publish fails, 503 with
-// Retry-After, never 2xx.
+// nothing but its decision record; when NATS is unreachable or a publish
+// fails, 503 with Retry-After, never 2xx. Metrics counts every decision
+// record the pipeline writes to JL_AUDIT (admission's, a duplicate's, a
+// no_room refusal's), stored or failed.
 //
 // An event whose data is larger than a NATS message can carry (a GitHub
 // body of up to 25 MB) is admitted on its full data and delivered with a
