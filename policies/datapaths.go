@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -21,6 +22,9 @@ import (
 type DataPaths struct {
 	whole bool
 	sub   map[string]*DataPaths
+	// subs are sub's members, what a decoder looks a document's key up
+	// in without hashing it when they are few.
+	subs []*DataPaths
 	// key is the key of p in its parent's sub: the decoder's key of an
 	// object member it keeps, not a copy of the document's bytes.
 	key string
@@ -49,13 +53,14 @@ func (p *DataPaths) Add(fields ...string) {
 		if c == nil {
 			c = &DataPaths{key: f}
 			n.sub[f] = c
+			n.subs = append(n.subs, c)
 		}
 		if c.whole {
 			return
 		}
 		n = c
 	}
-	n.whole, n.sub = true, nil
+	n.whole, n.sub, n.subs = true, nil, nil
 }
 
 // Union returns the paths of p and q.
@@ -78,7 +83,7 @@ func (p *DataPaths) merge(q *DataPaths) {
 		return
 	}
 	if q.whole {
-		p.whole, p.sub = true, nil
+		p.whole, p.sub, p.subs = true, nil, nil
 		return
 	}
 	for k, c := range q.sub {
@@ -89,6 +94,7 @@ func (p *DataPaths) merge(q *DataPaths) {
 			mine.merge(c)
 		} else {
 			p.sub[k] = c.cloneAs(k)
+			p.subs = append(p.subs, p.sub[k])
 		}
 	}
 }
@@ -107,6 +113,7 @@ func (p *DataPaths) cloneAs(key string) *DataPaths {
 		out.sub = make(map[string]*DataPaths, len(p.sub))
 		for k, c := range p.sub {
 			out.sub[k] = c.cloneAs(k)
+			out.subs = append(out.subs, out.sub[k])
 		}
 	}
 	return out
@@ -269,7 +276,7 @@ func (d *jsonDecoder) objectIn(depth int, p *DataPaths) (any, error) {
 		var child *DataPaths
 		if end, ok := d.plainString(); ok {
 			// Looked up without a copy; kept as the path's own key.
-			child = p.sub[string(d.b[d.i+1:end])]
+			child = p.member(d.b[d.i+1 : end])
 			if child != nil {
 				k = child.key
 			}
@@ -309,18 +316,26 @@ func (d *jsonDecoder) objectIn(depth int, p *DataPaths) (any, error) {
 	}
 }
 
+// member is the member of p under key k, nil if none.
+func (p *DataPaths) member(k []byte) *DataPaths {
+	if len(p.subs) > 8 {
+		return p.sub[string(k)]
+	}
+	for _, c := range p.subs {
+		if c.key == string(k) {
+			return c
+		}
+	}
+	return nil
+}
+
 // plainString reports the index of the closing quote of the string at
 // d.i when it has no escape, no control character and no byte past
 // ASCII: its bytes are then its value.
 func (d *jsonDecoder) plainString() (int, bool) {
-	for j := stringRun(d.b, d.i+1, true); j < len(d.b); j++ {
-		c := d.b[j]
-		if c == '"' {
-			return j, true
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			return 0, false
-		}
+	j := stringEnd(d.b, d.i+1, true)
+	if j < len(d.b) && d.b[j] == '"' {
+		return j, true
 	}
 	return 0, false
 }
@@ -331,14 +346,14 @@ const (
 	highBits = 0x8080808080808080
 )
 
-// stringRun returns the index, from j on, of the first word of b that
-// may hold a byte ending a run of a string's plain bytes: a quote, a
-// backslash, a control character and, when ascii, a byte past ASCII. It
-// reads eight bytes at a time; the caller reads on from there byte by
-// byte. A word has such a byte exactly when its lane's high bit is set
-// in mask (the carries of the subtractions reach only lanes above one
-// that holds such a byte).
-func stringRun(b []byte, j int, ascii bool) int {
+// stringEnd returns the index, from j on, of the first byte of b that
+// ends a run of a string's plain bytes: a quote, a backslash, a control
+// character and, when ascii, a byte past ASCII; len(b) when there is
+// none. It reads eight bytes at a time. A word holds such a byte exactly
+// when a lane's high bit is set in mask, and the lowest lane set is the
+// first such byte: a subtraction's borrow starts only at a lane that
+// holds one and reaches only the lanes above it.
+func stringEnd(b []byte, j int, ascii bool) int {
 	for ; j+8 <= len(b); j += 8 {
 		x := binary.LittleEndian.Uint64(b[j:])
 		q, bs := x^(lanes*'"'), x^(lanes*'\\')
@@ -346,121 +361,289 @@ func stringRun(b []byte, j int, ascii bool) int {
 		if ascii {
 			mask |= x
 		}
-		if mask&highBits != 0 {
+		if mask &= highBits; mask != 0 {
+			return j + bits.TrailingZeros64(mask)/8
+		}
+	}
+	for ; j < len(b); j++ {
+		if c := b[j]; c == '"' || c == '\\' || c < 0x20 || ascii && c >= utf8.RuneSelf {
 			return j
 		}
 	}
 	return j
 }
 
-// skip checks the value at d.i as value would and moves past it,
-// building nothing.
-func (d *jsonDecoder) skip(depth int) error {
-	if d.i >= len(d.b) {
-		return d.errorf("unexpected end of JSON input")
+// skipSpace returns the index of the first byte of b from i on that is
+// not JSON space.
+func skipSpace(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\n', '\t', '\r':
+		default:
+			return i
+		}
 	}
-	switch c := d.b[d.i]; {
-	case c == '{' || c == '[':
-		depth++
-		if depth > maxJSONDepth {
-			return d.errorf("exceeded max depth")
-		}
-		closer, what := byte('}'), "object value"
-		if c == '[' {
-			closer, what = ']', "array element"
-		}
-		d.i++
-		d.space()
-		if d.i < len(d.b) && d.b[d.i] == closer {
-			d.i++
-			return nil
-		}
-		for {
-			d.space()
-			if c == '{' {
-				if d.i >= len(d.b) || d.b[d.i] != '"' {
-					return d.errorf("want a string for an object key")
-				}
-				if err := d.skipString(); err != nil {
-					return err
-				}
-				d.space()
-				if d.i >= len(d.b) || d.b[d.i] != ':' {
-					return d.errorf("want ':' after an object key")
-				}
-				d.i++
-				d.space()
-			}
-			if err := d.skip(depth); err != nil {
-				return err
-			}
-			d.space()
-			if d.i >= len(d.b) {
-				return d.errorf("unexpected end of JSON input")
-			}
-			switch d.b[d.i] {
-			case ',':
-				d.i++
-			case closer:
-				d.i++
-				return nil
-			default:
-				return d.errorf("want ',' or '%c' after an %s", closer, what)
-			}
-		}
+	return i
+}
+
+// skip checks the value at d.i as value would and moves past it,
+// building nothing. It walks nested containers in one loop, keeping of
+// each open one only whether it is an object: bit k of open is the
+// container k deep (past 64 deep, in more).
+func (d *jsonDecoder) skip(depth int) error {
+	b := d.b
+	i := d.i
+	var (
+		open uint64
+		more []uint64
+		n    int // containers open
+		j    int
+		obj  bool
+		err  string
+	)
+value:
+	if i >= len(b) {
+		err = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
 	case c == '"':
-		return d.skipString()
+		// stringEnd's words, read here rather than called: a plain
+		// string ends at a quote. The rest (an escape, a control
+		// character, the last bytes) is skipStringAt's.
+		j = i + 1
+		for ; j+8 <= len(b); j += 8 {
+			x := binary.LittleEndian.Uint64(b[j:])
+			q, bs := x^(lanes*'"'), x^(lanes*'\\')
+			if mask := ((x-lanes*0x20)&^x | (q-lanes)&^q | (bs-lanes)&^bs) & highBits; mask != 0 {
+				j += bits.TrailingZeros64(mask) / 8
+				break
+			}
+		}
+		if j < len(b) && b[j] == '"' {
+			i = j + 1
+		} else if i, err = skipStringAt(b, i); err != "" {
+			goto fail
+		}
+	case c == '{' || c == '[':
+		if depth+n+1 > maxJSONDepth {
+			err = "exceeded max depth"
+			goto fail
+		}
+		obj = c == '{'
+		if k := n % 64; n < 64 {
+			if obj {
+				open |= 1 << k
+			} else {
+				open &^= 1 << k
+			}
+		} else {
+			if k == 0 && len(more) < n/64 {
+				more = append(more, 0)
+			}
+			if obj {
+				more[n/64-1] |= 1 << k
+			} else {
+				more[n/64-1] &^= 1 << k
+			}
+		}
+		n++
+		i++
+		if i < len(b) && b[i] <= ' ' {
+			i = skipSpace(b, i)
+		}
+		if i < len(b) && (b[i] == '}' && obj || b[i] == ']' && !obj) {
+			i++
+			n--
+			break
+		}
+		if obj {
+			goto key
+		}
+		goto value
 	case c == '-' || c >= '0' && c <= '9':
-		return d.numberEnd()
+		if i, err = skipNumber(b, i); err != "" {
+			goto fail
+		}
 	case c == 't':
-		return d.literal("true")
+		if len(b)-i < 4 || binary.LittleEndian.Uint32(b[i:]) != 't'|'r'<<8|'u'<<16|'e'<<24 {
+			err = "invalid literal, want true"
+			goto fail
+		}
+		i += 4
 	case c == 'f':
-		return d.literal("false")
+		if len(b)-i < 5 || binary.LittleEndian.Uint32(b[i+1:]) != 'a'|'l'<<8|'s'<<16|'e'<<24 {
+			err = "invalid literal, want false"
+			goto fail
+		}
+		i += 5
 	case c == 'n':
-		return d.literal("null")
+		if len(b)-i < 4 || binary.LittleEndian.Uint32(b[i:]) != 'n'|'u'<<8|'l'<<16|'l'<<24 {
+			err = "invalid literal, want null"
+			goto fail
+		}
+		i += 4
 	default:
+		d.i = i
 		return d.errorf("invalid character %q looking for a value", c)
+	}
+next:
+	// A value ended: what follows it in the container it is in.
+	if n == 0 {
+		d.i = i
+		return nil
+	}
+	if k := (n - 1) % 64; n <= 64 {
+		obj = open>>k&1 != 0
+	} else {
+		obj = more[(n-1)/64-1]>>k&1 != 0
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	if i >= len(b) {
+		err = "unexpected end of JSON input"
+		goto fail
+	}
+	switch c := b[i]; {
+	case c == ',':
+		i++
+		if obj {
+			goto key
+		}
+		if i < len(b) && b[i] <= ' ' {
+			i = skipSpace(b, i)
+		}
+		goto value
+	case c == '}' && obj, c == ']' && !obj:
+		i++
+		n--
+		goto next
+	case obj:
+		err = "want ',' or '}' after an object value"
+	default:
+		err = "want ',' or ']' after an array element"
+	}
+	goto fail
+key:
+	// In an object, after '{' or ',': a key, ':', space.
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	if i >= len(b) || b[i] != '"' {
+		err = "want a string for an object key"
+		goto fail
+	}
+	j = i + 1
+	for ; j+8 <= len(b); j += 8 {
+		x := binary.LittleEndian.Uint64(b[j:])
+		q, bs := x^(lanes*'"'), x^(lanes*'\\')
+		if mask := ((x-lanes*0x20)&^x | (q-lanes)&^q | (bs-lanes)&^bs) & highBits; mask != 0 {
+			j += bits.TrailingZeros64(mask) / 8
+			break
+		}
+	}
+	if j < len(b) && b[j] == '"' {
+		i = j + 1
+	} else if i, err = skipStringAt(b, i); err != "" {
+		goto fail
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	if i >= len(b) || b[i] != ':' {
+		err = "want ':' after an object key"
+		goto fail
+	}
+	i++
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	goto value
+fail:
+	d.i = i
+	return d.errorf("%s", err)
+}
+
+// skipStringAt checks the string whose opening quote is at b[i] as string
+// would and returns the index past its closing quote, or where and why
+// it is refused.
+func skipStringAt(b []byte, i int) (int, string) {
+	i++ // "
+	for {
+		i = stringEnd(b, i, false)
+		if i >= len(b) {
+			return i, "unexpected end of JSON input"
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, ""
+		case c < 0x20:
+			return i, fmt.Sprintf("invalid control character %q in a string", c)
+		}
+		// A backslash. Invalid UTF-8 is no error: string makes it U+FFFD.
+		if i+1 >= len(b) {
+			return i, "unexpected end of JSON input"
+		}
+		e := b[i+1]
+		i += 2
+		switch e {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if len(b)-i < 4 || !isHex(b[i]) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) {
+				return i, "invalid \\u escape"
+			}
+			i += 4
+		default:
+			return i, fmt.Sprintf("invalid escape \\%c", e)
+		}
 	}
 }
 
-// skipString checks the string at d.i as string would and moves past it.
-func (d *jsonDecoder) skipString() error {
-	if end, ok := d.plainString(); ok {
-		d.i = end + 1
-		return nil
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// skipNumber checks the number at b[i] by JSON's grammar, as
+// numberGrammar, and returns the index past it, or where and why it is
+// refused.
+func skipNumber(b []byte, i int) (int, string) {
+	if b[i] == '-' {
+		i++
 	}
-	d.i++ // "
-	for d.i < len(d.b) {
-		d.i = stringRun(d.b, d.i, false)
-		if d.i >= len(d.b) {
-			break
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else {
+		start := i
+		for i < len(b) && b[i]-'0' <= 9 {
+			i++
 		}
-		c := d.b[d.i]
-		switch {
-		case c == '"':
-			d.i++
-			return nil
-		case c < 0x20:
-			return d.errorf("invalid control character %q in a string", c)
-		case c == '\\':
-			if d.i+1 >= len(d.b) {
-				return d.errorf("unexpected end of JSON input")
-			}
-			e := d.b[d.i+1]
-			d.i += 2
-			switch e {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if _, ok := d.hex4(); !ok {
-					return d.errorf("invalid \\u escape")
-				}
-			default:
-				return d.errorf("invalid escape \\%c", e)
-			}
-		default:
-			// Invalid UTF-8 is no error: string makes it U+FFFD.
-			d.i++
+		if i == start {
+			return i, "invalid number"
 		}
 	}
-	return d.errorf("unexpected end of JSON input")
+	if i < len(b) && b[i] == '.' {
+		i++
+		start := i
+		for i < len(b) && b[i]-'0' <= 9 {
+			i++
+		}
+		if i == start {
+			return i, "invalid number: no digits after '.'"
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(b) && b[i]-'0' <= 9 {
+			i++
+		}
+		if i == start {
+			return i, "invalid number: no digits in the exponent"
+		}
+	}
+	return i, ""
 }

@@ -1,8 +1,13 @@
 package policies
 
 import (
+	"encoding/json"
+	"io/fs"
+	"maps"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,11 +164,11 @@ func TestVarsForReadsMoreThanDecoded(t *testing.T) {
 	}
 }
 
-// TestStringRun holds stringRun to a byte-by-byte scan: for every byte
-// value at every offset of strings of plain bytes up to 40 long, it
-// stops at or before the first byte that ends a run, never past it, and
-// within a word of it.
-func TestStringRun(t *testing.T) {
+// TestStringEnd holds stringEnd to a byte-by-byte scan: for every byte
+// value at every offset of strings of plain bytes up to 40 long, and with
+// a second such byte after the first, it stops exactly at the first byte
+// that ends a run.
+func TestStringEnd(t *testing.T) {
 	ends := func(c byte, ascii bool) bool { return c == '"' || c == '\\' || c < 0x20 || ascii && c >= 0x80 }
 	for _, ascii := range []bool{true, false} {
 		for n := range 41 {
@@ -178,12 +183,183 @@ func TestStringRun(t *testing.T) {
 							break
 						}
 					}
-					got := stringRun(b, 0, ascii)
-					if got > want || want-got >= 8 && got+8 <= n {
-						t.Fatalf("stringRun(%q, ascii %v) = %d, first end at %d", b, ascii, got, want)
+					if got := stringEnd(b, 0, ascii); got != want {
+						t.Fatalf("stringEnd(%q, ascii %v) = %d, first end at %d", b, ascii, got, want)
+					}
+					// A second byte next to it, where a borrow from the
+					// first would reach: one that ends a run, or one just
+					// past such bytes.
+					for _, c2 := range []byte{0, 0x1f, 0x20, '"', '"' + 1, '\\', '\\' + 1, 0x7f, 0x80} {
+						if at+1 >= n {
+							break
+						}
+						b[at+1] = c2
+						switch {
+						case ends(b[at], ascii):
+							want = at
+						case ends(c2, ascii):
+							want = at + 1
+						default:
+							want = n
+						}
+						if got := stringEnd(b, 0, ascii); got != want {
+							t.Fatalf("stringEnd(%q, ascii %v) = %d, first end at %d", b, ascii, got, want)
+						}
 					}
 				}
 			}
 		}
 	}
+}
+
+// githubFixtures are the GitHub webhook bodies under the repository's
+// testdata, pretty-printed as GitHub sends them.
+func githubFixtures(tb testing.TB) map[string][]byte {
+	tb.Helper()
+	out := map[string][]byte{}
+	for _, dir := range []string{"../ingest/testdata/github", "../projection/testdata/github"} {
+		err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(path, ".json") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			out[strings.TrimPrefix(path, "../")] = b
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if len(out) == 0 {
+		tb.Fatal("no GitHub fixture found")
+	}
+	return out
+}
+
+// BenchmarkParseJSONPaths decodes the paths a webhook's receiver and a
+// pull request rule read from every GitHub fixture.
+func BenchmarkParseJSONPaths(b *testing.B) {
+	p := &DataPaths{}
+	for _, path := range [][]string{{"action"}, {"repository", "full_name"}, {"pull_request", "number"}, {"pull_request", "draft"}} {
+		p.Add(path...)
+	}
+	fixtures := githubFixtures(b)
+	for _, name := range slices.Sorted(maps.Keys(fixtures)) {
+		raw := fixtures[name]
+		b.Run(strings.ReplaceAll(name, "/", "_"), func(b *testing.B) {
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := ParseJSONPaths(raw, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// sameSkip holds skip to encoding/json's json.Valid and to decodeJSON:
+// it takes the documents they take, and the values value takes, ending
+// where value ends.
+func sameSkip(t *testing.T, raw []byte) {
+	t.Helper()
+	s := jsonDecoder{b: raw}
+	s.space()
+	err := s.skip(0)
+	end := s.i
+	d := jsonDecoder{b: raw}
+	d.space()
+	if _, derr := d.value(0); (derr == nil) != (err == nil) || err == nil && d.i != end {
+		t.Fatalf("%.200q: skip ends at %d (%v), value at %d (%v)", raw, end, err, d.i, derr)
+	}
+	if err == nil {
+		if s.space(); s.i < len(raw) {
+			err = s.errorf("data after the first value")
+		}
+	}
+	if valid := json.Valid(raw); (err == nil) != valid {
+		t.Fatalf("%.200q: skip error %v, json.Valid %v", raw, err, valid)
+	}
+}
+
+// TestSkipNesting holds skip to json.Valid on containers nested around
+// the depths where its stack of open containers grows a word, and around
+// the deepest nesting taken.
+func TestSkipNesting(t *testing.T) {
+	for _, depth := range []int{1, 2, 63, 64, 65, 66, 127, 128, 129, 200, maxJSONDepth - 1, maxJSONDepth, maxJSONDepth + 1} {
+		for _, shape := range []string{"objects", "arrays", "mixed"} {
+			var open, closing strings.Builder
+			kinds := make([]bool, depth)
+			for k := range depth {
+				obj := shape == "objects" || shape == "mixed" && k%3 != 1
+				kinds[k] = obj
+				if obj {
+					open.WriteString(`{"k": `)
+				} else {
+					open.WriteString("[1, ")
+				}
+			}
+			for k := depth - 1; k >= 0; k-- {
+				if kinds[k] {
+					closing.WriteString(`, "z": [true, {}]}`)
+				} else {
+					closing.WriteString(`, null]`)
+				}
+			}
+			inner := "\"x\\u00e9\""
+			doc := open.String() + inner + closing.String()
+			sameSkip(t, []byte(doc))
+			// A container closed by the wrong bracket deep inside.
+			if depth > 1 {
+				bad := []byte(doc)
+				at := len(open.String()) + len(inner)
+				for ; bad[at] != '}' && bad[at] != ']'; at++ {
+				}
+				if bad[at] == '}' {
+					bad[at] = ']'
+				} else {
+					bad[at] = '}'
+				}
+				sameSkip(t, bad)
+			}
+		}
+	}
+}
+
+// TestSkip holds skip to json.Valid on the seeds and the GitHub fixtures.
+func TestSkip(t *testing.T) {
+	for _, s := range jsonSeeds {
+		sameSkip(t, []byte(s))
+	}
+	for _, s := range skipSeeds {
+		sameSkip(t, []byte(s))
+	}
+	for _, b := range githubFixtures(t) {
+		sameSkip(t, b)
+	}
+}
+
+var skipSeeds = []string{
+	`{"a":[1,{"b":[]},[[],{}]],"c":"\\\"\u1234"}`, `[{"a":1]`, `{"a":[1}`, `[1,2,]`, `{"a":1,}`, `{,}`, `[,1]`,
+	`{"a":-}`, `[-01]`, `[1.e5]`, `[1e+]`, `[0.5E-7,-0,1E9]`, `[fals]`, `[nul]`, `[truex]`, `["a\u12"]`, `["a\u12g4"]`,
+	"[\"\\\x00\"]", "[\"a\x1fb\"]", "[\"\xff\xfe\"]", "{\"a\"\t:\r\n1 }", "[\v1]", `{"a":1 "b":2}`, `{"a"}`, `{1:2}`, `[`, `{`, `{"a":`, `["a`,
+}
+
+// FuzzSkipJSON holds skip, the check of what ParseJSONPaths does not
+// keep, to encoding/json's json.Valid on any input.
+func FuzzSkipJSON(f *testing.F) {
+	for _, s := range jsonSeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range skipSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > 1<<16 {
+			return
+		}
+		sameSkip(t, raw)
+	})
 }

@@ -42,13 +42,8 @@ func (d *jsonDecoder) errorf(format string, args ...any) error {
 }
 
 func (d *jsonDecoder) space() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
+	if d.i < len(d.b) && d.b[d.i] <= ' ' {
+		d.i = skipSpace(d.b, d.i)
 	}
 }
 
@@ -170,18 +165,11 @@ func (d *jsonDecoder) string() (string, error) {
 	d.i++ // "
 	start := d.i
 	// The common case: no escape, valid UTF-8, no control character.
-	d.i = stringRun(d.b, d.i, true)
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		if c == '"' {
-			s := string(d.b[start:d.i])
-			d.i++
-			return s, nil
-		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
+	d.i = stringEnd(d.b, d.i, true)
+	if d.i < len(d.b) && d.b[d.i] == '"' {
+		s := string(d.b[start:d.i])
 		d.i++
+		return s, nil
 	}
 	buf := make([]byte, d.i-start, d.i-start+16)
 	copy(buf, d.b[start:d.i])
@@ -300,12 +288,6 @@ func (d *jsonDecoder) number() (any, error) {
 		return s, nil
 	}
 	return f, nil
-}
-
-// numberEnd checks the number at d.i and moves past it.
-func (d *jsonDecoder) numberEnd() error {
-	_, err := d.numberGrammar()
-	return err
 }
 
 // numberGrammar moves past the number at d.i by JSON's grammar, and
