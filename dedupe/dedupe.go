@@ -233,22 +233,56 @@ func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, op
 	if err != nil {
 		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s: %w", key, err)
 	}
-	rev, err := s.create(ctx, key, val)
-	if err == nil {
-		return ent, rev, true, nil
+	for attempt := 1; ; attempt++ {
+		rev, err := s.create(ctx, key, val)
+		if err == nil {
+			return ent, rev, true, nil
+		}
+		if !lostCreate(err) {
+			return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, err)
+		}
+		kve, err := s.get(ctx, key)
+		if err == nil {
+			var prev Entry
+			if err := json.Unmarshal(kve.value, &prev); err != nil {
+				prev = Entry{At: kve.created}
+			}
+			return prev, kve.revision, false, nil
+		}
+		// The write that won is not stored yet (a replicated stream
+		// refuses a write to a key another write is being proposed for),
+		// a replica behind the leader answered, or the key was deleted
+		// since: create again.
+		if !errors.Is(err, jetstream.ErrKeyNotFound) || attempt == claimAttempts {
+			return Entry{}, 0, false, fmt.Errorf("dedupe: read %s (source %q, id %q) after another write won its create (attempt %d): %w", key, source, id, attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, ctx.Err())
+		case <-time.After(time.Duration(attempt) * claimRetryWait):
+		}
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, err)
+}
+
+// claimAttempts bounds a Claim's creates of a key that another write
+// takes at the same time, claimRetryWait (times the attempt) apart.
+const (
+	claimAttempts  = 10
+	claimRetryWait = 10 * time.Millisecond
+)
+
+// lostCreate reports whether a create failed because the key had (or
+// was being given) another message: ErrKeyExists, or a wrong last
+// sequence, which a replicated stream answers with 10164 rather than
+// 10071 and which the KV API's Create (and the wire form, which answers
+// as it does) returns unwrapped when its create of a deleted key loses.
+func lostCreate(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
 	}
-	kve, err := s.get(ctx, key)
-	if err != nil {
-		return Entry{}, 0, false, fmt.Errorf("dedupe: read %s (source %q, id %q): %w", key, source, id, err)
-	}
-	var prev Entry
-	if err := json.Unmarshal(kve.value, &prev); err != nil {
-		prev = Entry{At: kve.created}
-	}
-	return prev, kve.revision, false, nil
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Amend replaces the outcome of the entry of source and id, which must
