@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,44 +18,53 @@ import (
 // requests records the subjects (and payloads) of the JetStream API
 // requests that read jl_sessions while it runs.
 type requests struct {
-	mu  sync.Mutex
-	got []string
-	sub *nats.Subscription
+	sub    *nats.Subscription
+	stream string
 }
 
 func watchRequests(t *testing.T, nc *nats.Conn, names streams.Names) *requests {
 	t.Helper()
-	r := &requests{}
-	stream := streams.KVStream(names.BucketSessions())
-	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		if !strings.Contains(m.Subject, stream) || strings.HasPrefix(m.Subject, "$JS.API.STREAM.INFO.") {
-			return
-		}
-		r.mu.Lock()
-		r.got = append(r.got, m.Subject+" "+string(m.Data))
-		r.mu.Unlock()
-	})
+	sub, err := nc.SubscribeSync("$JS.API.>")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r.sub = sub
-	return r
+	return &requests{sub: sub, stream: streams.KVStream(names.BucketSessions())}
 }
 
+// stop returns the requests of jl_sessions seen so far. Once the flush
+// is answered, the server has routed every request published before it
+// on nc, and the copies are queued on the subscription ahead of the
+// answer: they are read from that queue here, so none is lost to a
+// callback that has not run yet when the subscription ends.
 func (r *requests) stop(t *testing.T, nc *nats.Conn) []string {
 	t.Helper()
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	var got []string
+	for {
+		n, _, err := r.sub.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		m, err := r.sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("a queued request: %v", err)
+		}
+		if strings.Contains(m.Subject, r.stream) && !strings.HasPrefix(m.Subject, "$JS.API.STREAM.INFO.") {
+			got = append(got, m.Subject+" "+string(m.Data))
+		}
+	}
 	if err := r.sub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.got...)
+	return got
 }
 
 // A show of a delegating session among many unrelated sessions reads the
