@@ -41,12 +41,20 @@ type harness struct {
 // ends.
 func start(t testing.TB, cfg api.Config) *harness {
 	t.Helper()
+	return startProvisioned(t, cfg, streams.Options{})
+}
+
+// startProvisioned is start with the streams provisioned by opts (their
+// names always the default ones).
+func startProvisioned(t testing.TB, cfg api.Config, opts streams.Options) *harness {
+	t.Helper()
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	names := streams.Default()
-	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+	opts.Names = names
+	if _, err := streams.Provision(ctx, js, opts); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Names = names
@@ -695,19 +703,26 @@ func TestApplyRecordsMCPCatalogs(t *testing.T) {
 	}
 }
 
-// outlastWindow shrinks JL_CTL's duplicate window and waits until a
-// message published now is outside it: a second publish of its id is
-// stored again.
+// shortWindow is JL_CTL's duplicate window in the harness of tests that
+// outlast it.
+const shortWindow = 100 * time.Millisecond
+
+// outlastWindow waits until a message published now is outside JL_CTL's
+// duplicate window: a second publish of its id is stored again. The
+// harness must have provisioned the window short (shortWindow) from the
+// start: the server forgets an id when its purge timer fires, and that
+// timer is armed for the window in force when it was set, so shrinking a
+// long window with a stream update can leave it armed for the old one
+// (the update fires the timer at once but sets the new window only later,
+// and a purge in between re-arms for the old window's remaining minutes).
 func (h *harness) outlastWindow(t *testing.T) {
 	t.Helper()
 	st, err := h.js.Stream(ctx(t), h.names.StreamCtl())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := st.CachedInfo().Config
-	cfg.Duplicates = 100 * time.Millisecond
-	if _, err := h.js.UpdateStream(ctx(t), cfg); err != nil {
-		t.Fatal(err)
+	if w := st.CachedInfo().Config.Duplicates; w > time.Second {
+		t.Fatalf("JL_CTL's duplicate window is %s: provision it short to outlast it", w)
 	}
 	probe := &nats.Msg{Subject: h.names.Ctl(ref(t, "probe", "window")), Header: nats.Header{"Nats-Msg-Id": []string{"window-probe"}}}
 	if _, err := h.js.PublishMsg(ctx(t), probe); err != nil {
@@ -730,7 +745,7 @@ func (h *harness) outlastWindow(t *testing.T) {
 // the first answer and publishes nothing, and the id used again for
 // another request is refused with 409, never 202.
 func TestControlIdempotentBeyondTheWindow(t *testing.T) {
-	h := start(t, api.Config{})
+	h := startProvisioned(t, api.Config{}, streams.Options{DedupeWindow: shortWindow})
 	h.applyDemo(t)
 	h.putSession(t, session("main", record.StatusWorking, 1, "", ""), nil)
 	req := api.ControlRequest{Agent: "demo", Session: "main", Text: "focus on the tests", ID: "chat-7"}
