@@ -376,15 +376,13 @@ func stringEnd(b []byte, j int, ascii bool) int {
 // skipSpace returns the index of the first byte of b from i on that is
 // not JSON space.
 func skipSpace(b []byte, i int) int {
-	for ; i < len(b); i++ {
-		switch b[i] {
-		case ' ', '\n', '\t', '\r':
-		default:
-			return i
-		}
+	for i < len(b) && isSpace[b[i]] {
+		i++
 	}
 	return i
 }
+
+var isSpace = [256]bool{' ': true, '\n': true, '\t': true, '\r': true}
 
 // skip checks the value at d.i as value would and moves past it,
 // building nothing. It walks nested containers in one loop, keeping of
