@@ -286,6 +286,33 @@ triggers:
 	}
 }
 
+// The context reaches a comprehension wherever it sits in the rule: below
+// an &&, inside a call, in a ternary's branch, as a macro's argument.
+func TestEvaluationContextReachesNestedComprehensions(t *testing.T) {
+	heavy := `event.data.items.all(x, event.data.items.all(y, x + y >= 0))`
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	vars := githubEvent(t, "x", `{"items": [`+strings.Repeat("1,", 39)+`1]}`)
+	for _, when := range []string{
+		`event.type == "x" && ` + heavy,
+		`event.type == "y" || ` + heavy,
+		`!(` + heavy + `) == false`,
+		`event.type == "x" ? ` + heavy + ` : false`,
+		`size(event.data.items.filter(x, event.data.items.exists(y, y == 2))) == 0`,
+	} {
+		c, err := policies.Parse("a.yaml", []byte("name: a\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: '"+when+"'\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if ok, err := c.Triggers[0].Admits(context.Background(), vars); err != nil || !ok {
+			t.Fatalf("%s: %v, %v; want true", when, ok, err)
+		}
+		if ok, err := c.Triggers[0].Admits(ctx, vars); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s under a cancelled context: %v, %v; want context.Canceled", when, ok, err)
+		}
+	}
+}
+
 func TestApprovals(t *testing.T) {
 	c, err := policies.LoadFile("testdata/pr-reviewer.yaml")
 	if err != nil {

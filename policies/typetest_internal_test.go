@@ -2,16 +2,21 @@ package policies
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 )
 
-// FuzzTypeTest compiles arbitrary conditions and, for those whose first
-// term is a test of event.type, checks that the test decides alone only
-// what evaluating the whole condition decides: a condition it refuses
-// evaluates to false, without an error.
+// FuzzTypeTest compiles arbitrary conditions and checks that EvalBool,
+// with its shortcuts (a type test deciding alone, a rule without a
+// comprehension evaluated without its context), answers what the whole
+// program evaluated under the context answers: the same result, the same
+// error (a decision record's reason), under a live or a cancelled
+// context; and that a type the test refuses is false without an error.
 func FuzzTypeTest(f *testing.F) {
+	heavy := `event.data.items.all(x, event.data.items.all(y, x + y >= 0))`
 	for _, when := range []string{
 		`event.type == "com.github.push"`,
 		`"com.github.push" == event.type && event.data.ref.startsWith("refs/heads/")`,
@@ -22,14 +27,25 @@ func FuzzTypeTest(f *testing.F) {
 		`event.type == "com.github.push" || event.data.x == 1`,
 		`event.type in [] && true`,
 		`event.type.startsWith("") && 1 / 0 == 1`,
+		`!(event.type == "com.github.push") && event.data.ref == "refs/heads/main"`,
+		`event.type == "com.github.push" ? event.data.x == 1 : true`,
+		`event.type == "com.github.push" && event.data.x == 1 || event.type == "a"`,
+		`event.type in ["a", "a", "com.github.push"] && event.data.x == 1`,
+		`event.type == "\u0061" && event.type == r"\u0061"`,
+		`event.type == "a" && ` + heavy,
+		`event.type == "a" || ` + heavy,
+		heavy + ` && event.type == "a"`,
 	} {
 		for _, typ := range []string{"com.github.push", "com.github.pull_request.opened", "a", ""} {
-			f.Add(when, typ, `{"ref":"refs/heads/main","pull_request":{"draft":false},"items":[1,2]}`)
+			f.Add(when, typ, `{"ref":"refs/heads/main","pull_request":{"draft":false},"items":[1,2]}`, false)
+			f.Add(when, typ, `{"items":[`+strings.Repeat("1,", 39)+`1]}`, true)
+			// Past the cost limit.
+			f.Add(when, typ, `{"items":[`+strings.Repeat("1,", 199)+`1]}`, false)
 		}
 	}
-	f.Fuzz(func(t *testing.T, when, typ, data string) {
+	f.Fuzz(func(t *testing.T, when, typ, data string, cancelled bool) {
 		x, err := compileExpr(when, condOverEvent)
-		if err != nil || x.types == nil {
+		if err != nil {
 			return
 		}
 		e := event.New()
@@ -43,22 +59,34 @@ func FuzzTypeTest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		ctx := context.Background()
-		got, gotErr := x.EvalBool(ctx, vars)
-		whole := *x
-		whole.types = nil
-		want, wantErr := whole.EvalBool(ctx, vars)
-		if x.types(typ) {
-			// Not decided by the test: the same evaluation.
-			if got != want || (gotErr == nil) != (wantErr == nil) {
-				t.Fatalf("%s over type %q: %v, %v; evaluated whole %v, %v", when, typ, got, gotErr, want, wantErr)
-			}
-			return
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if cancelled {
+			cancel()
 		}
-		if got || gotErr != nil || want || wantErr != nil {
-			t.Fatalf("%s over type %q: the type test refuses it (%v, %v) but the whole condition evaluates to %v, %v", when, typ, got, gotErr, want, wantErr)
+		got, gotErr := x.EvalBool(ctx, vars)
+		want, wantErr := evalWhole(ctx, x, vars)
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("%s over type %q (cancelled %v): %v, %v; evaluated whole %v, %v", when, typ, cancelled, got, gotErr, want, wantErr)
+		}
+		if x.types != nil && !x.types(typ) && (got || gotErr != nil) {
+			t.Fatalf("%s over type %q: the type test refuses it but it is %v, %v", when, typ, got, gotErr)
 		}
 	})
+}
+
+// evalWhole is EvalBool without its shortcuts: the whole program
+// evaluated under ctx.
+func evalWhole(ctx context.Context, x *Expr, vars Vars) (bool, error) {
+	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	if err != nil {
+		return false, fmt.Errorf("%w: %s: %w", ErrEval, x.src, err)
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("%w: %s: result is %s, want bool", ErrEval, x.src, out.Type().TypeName())
+	}
+	return b, nil
 }
 
 // TestTypeTestRecognisesFirstTerms names which conditions the type test
@@ -78,6 +106,10 @@ func TestTypeTestRecognisesFirstTerms(t *testing.T) {
 		`event.extensions.type == "a" && event.data.x`:  false,
 		`event.data.type == "a"`:                        false,
 		`(event.type == "a" && event.data.x) && true`:   true,
+		`!(event.type == "a") && event.data.x`:          false,
+		`event.type == "a" ? event.data.x == 1 : false`: false,
+		`(event.type == "a" || event.data.x) && true`:   false,
+		`event.type == "a" && event.data.x || true`:     false,
 	} {
 		x, err := compileExpr(when, condOverEvent)
 		if err != nil {
