@@ -410,15 +410,15 @@ func (x *Expr) eval(ctx context.Context, vars Vars) (ref.Val, error) {
 	return out, nil
 }
 
-// maxTypeTest bounds the event type a condition's type test decides
-// alone: the test's cost (a tenth of a unit a byte) stays far below
-// CostLimit, which a longer type could reach, as the evaluation would.
-const maxTypeTest = 64 << 10
-
-// EvalBool evaluates a condition.
+// EvalBool evaluates a condition. A type its type test refuses is false
+// without an evaluation, whatever the type's length: the first term's
+// cost is bounded by its literals, not by the type (an equality costs a
+// tenth of a unit a byte of the shorter operand, startsWith a tenth a
+// byte of the prefix, in a unit an element), so within MaxExpressionLen
+// it cannot reach CostLimit.
 func (x *Expr) EvalBool(ctx context.Context, vars Vars) (bool, error) {
 	if x.types != nil {
-		if t, ok := vars.Event()["type"].(string); ok && len(t) <= maxTypeTest && !x.types(t) {
+		if t, ok := vars.Event()["type"].(string); ok && !x.types(t) {
 			return false, nil
 		}
 	}

@@ -120,3 +120,36 @@ func TestTypeTestRecognisesFirstTerms(t *testing.T) {
 		}
 	}
 }
+
+// TestTypeTestLongTypes: the first term's cost does not grow with the
+// event type, so a type of megabytes is decided by the type test as the
+// whole evaluation decides it, without reaching the cost limit.
+func TestTypeTestLongTypes(t *testing.T) {
+	long := strings.Repeat("p", MaxExpressionLen/4)
+	list := `["` + long + `"` + strings.Repeat(`, "`+long[:8]+`"`, 200) + `]`
+	for _, typ := range []string{strings.Repeat("p", 4<<20), long + strings.Repeat("q", 4<<20)} {
+		for _, when := range []string{
+			`event.type == "` + long + `" && true`,
+			`event.type.startsWith("` + long + `") && event.type.size() > 0`,
+			`event.type in ` + list + ` && true`,
+		} {
+			x, err := compileExpr(when, condOverEvent)
+			if err != nil || x.types == nil {
+				t.Fatalf("%.40s: %v, type test %v", when, err, x != nil && x.types != nil)
+			}
+			e := event.New()
+			e.SetID("1")
+			e.SetSource("s")
+			e.SetType(typ)
+			vars, err := EventVars(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gotErr := x.EvalBool(context.Background(), vars)
+			want, wantErr := evalWhole(context.Background(), x, vars)
+			if got != want || gotErr != nil || wantErr != nil {
+				t.Errorf("%.40s over a type of %d bytes: %v, %v; evaluated whole %v, %v", when, len(typ), got, gotErr, want, wantErr)
+			}
+		}
+	}
+}
