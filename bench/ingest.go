@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/dedupe"
@@ -94,15 +95,22 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 	// pool is how many pull requests (sessions) the webhooks are spread over.
 	const pool = 64
 	// The raw pair's jl_dedupe create in its fastest form, the one the
-	// dedupe store makes: one publish to the key's subject expecting no
-	// message of it before, the ack read by hand (not the KV API's
-	// Create, with its key check, options and header building), so that
-	// the ingest is compared with the best possible client of the same
-	// server operations.
+	// dedupe store makes: one publish to the key's subject with the
+	// headers the store's create sends (no message of the key expected
+	// before, the store's per-key TTL), the ack read by hand (not the KV
+	// API's Create, with its key check, options and header building), so
+	// that the ingest is compared with the best possible client of the
+	// same server operations. Its value is of the size of the ingest's
+	// record of a webhook (record, read back from one sent before the
+	// rounds).
 	nc, createPre := e.js.Conn(), "$KV."+e.names.BucketDedupe()+"."
+	ttl := streams.DefaultDedupeTTL.String()
 	ackPre := []byte(`{"stream":`)
 	create := func(ctx context.Context, key string, value []byte) error {
-		m := &nats.Msg{Subject: createPre + key, Data: value, Header: nats.Header{"Nats-Expected-Last-Subject-Sequence": {"0"}}}
+		m := &nats.Msg{Subject: createPre + key, Data: value, Header: nats.Header{
+			"Nats-Expected-Last-Subject-Sequence": {"0"},
+			jetstream.MsgTTLHeader:                {ttl},
+		}}
 		ack, err := nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", key, err)
@@ -112,8 +120,9 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 		}
 		return nil
 	}
+	var record []byte
 	rawOp := func(ctx context.Context, _, i int) error {
-		if err := create(ctx, e.names.DedupeKey("https://github.com/bench/raw", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
+		if err := create(ctx, e.names.DedupeKey("https://github.com/bench/raw", fmt.Sprint("raw-", i)), record); err != nil {
 			return err
 		}
 		ref, err := streams.NewSessionRef("raw", fmt.Sprintf("bench/repo#%d", i%pool))
@@ -142,6 +151,12 @@ func benchIngest(ctx context.Context, e *env) (map[string]float64, error) {
 			return fmt.Errorf("webhook %d: %w", i, err)
 		}
 		return nil
+	}
+	if err := conns[0].Expect(requests[0], "bench-probe", http.StatusAccepted); err != nil {
+		return nil, fmt.Errorf("webhook bench-probe: %w", err)
+	}
+	if record, err = dedupeRecord(ctx, e, "https://github.com/bench/repo", "bench-probe"); err != nil {
+		return nil, err
 	}
 	// What the sender costs, in the same rounds: the same requests to a
 	// handler that answers 202 at once, from the load generator and from
@@ -360,4 +375,19 @@ func parallel(ctx context.Context, n, conc int, op func(ctx context.Context, w, 
 		return 0, first
 	}
 	return elapsed, ctx.Err()
+}
+
+// dedupeRecord is the value the ingest recorded in jl_dedupe for the
+// event of source and id.
+func dedupeRecord(ctx context.Context, e *env, source, id string) ([]byte, error) {
+	s, err := e.js.Stream(ctx, streams.KVStream(e.names.BucketDedupe()))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", e.names.BucketDedupe(), err)
+	}
+	key := e.names.DedupeKey(source, id)
+	m, err := s.GetLastMsgForSubject(ctx, "$KV."+e.names.BucketDedupe()+"."+key)
+	if err != nil {
+		return nil, fmt.Errorf("the record of %s (source %q, id %q): %w", key, source, id, err)
+	}
+	return m.Data, nil
 }

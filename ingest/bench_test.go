@@ -99,24 +99,10 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 	body := fixture(b, "pull_request/opened.payload.json")
 	ctx := context.Background()
 	// The raw pair's jl_dedupe create in its fastest form, the one the
-	// dedupe store makes: one publish to the key's subject expecting no
-	// message of it before, the ack read by hand (not the KV API's
-	// Create, with its key check, options and header building), so that
-	// the ingest is compared with the best possible client of the same
-	// server operations.
-	nc, createPre := h.js.Conn(), "$KV."+h.names.BucketDedupe()+"."
-	ackPre := []byte(`{"stream":`)
-	create := func(key string, value []byte) error {
-		m := &nats.Msg{Subject: createPre + key, Data: value, Header: nats.Header{"Nats-Expected-Last-Subject-Sequence": {"0"}}}
-		ack, err := nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
-			return fmt.Errorf("create %s: %w", key, err)
-		}
-		if !bytes.HasPrefix(ack.Data, ackPre) {
-			return fmt.Errorf("create %s: %s", key, ack.Data)
-		}
-		return nil
-	}
+	// dedupe store makes (rawCreate), of a value of the size of the
+	// ingest's record (read back from a webhook sent before the rounds).
+	nc := h.js.Conn()
+	create := rawCreate(nc, h.names)
 	// run makes op(w, i) for i in [from, to) on workers goroutines, w
 	// the worker's number.
 	run := func(from, to int, op func(w, i int) error) time.Duration {
@@ -181,8 +167,14 @@ func benchIngestVsRaw(b *testing.B, syncing string, cluster bool) {
 		}
 		return nil
 	}
+	// A webhook before the rounds (ids run from 1), whose record the raw
+	// create's value copies.
+	if err := conns[0].Expect(webhook, "bench-0", http.StatusAccepted); err != nil {
+		b.Fatal(err)
+	}
+	record := webhookRecord(b, h.js, h.names, body, "bench-0").Data
 	rawOp := func(_, i int) error {
-		if err := create(h.names.DedupeKey("https://github.com/bench", fmt.Sprint("raw-", i)), []byte(`{}`)); err != nil {
+		if err := create(ctx, h.names.DedupeKey("https://github.com/bench", fmt.Sprint("raw-", i)), record); err != nil {
 			return err
 		}
 		m := nats.NewMsg(fmt.Sprintf("jl.in.bench.s%d", i%64))
