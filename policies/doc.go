@@ -25,6 +25,14 @@
 // the selections of event.data in their CEL), and decodes a JSON body
 // only that far (ParseJSONPaths), checking and skipping the rest.
 //
+// It evaluates the compiled expressions (Expr) under a cost limit and the
+// caller's context, which reaches every comprehension. Two shortcuts
+// answer exactly what the whole evaluation would: a condition whose first
+// term compares event.type with literals (==, in a list, startsWith) is
+// false without an evaluation for a type that term refuses, and an
+// expression without a comprehension, which no context could interrupt,
+// is evaluated without one.
+//
 // It does not evaluate admission rules against events (admission/ does)
 // and does not run agents (the worker does); both read Definitions from
 // here.
