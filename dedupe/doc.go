@@ -20,7 +20,13 @@
 // expecting none) and reads their answers as jetstream's KV API reads
 // them, without its per-call key check and option building; a bucket the
 // KV API would reach another way (an API prefix or domain, a mirror, no
-// direct gets) goes through the KV API.
+// direct gets) goes through the KV API. Either way a create that loses
+// to another write of the key is a duplicate, not an error: on a
+// replicated bucket the server refuses a create of a key another write
+// is being proposed for with a wrong last sequence (10164) that the KV
+// API's Create of a deleted key returns as it is, and the winner may not
+// be readable yet, so Claim reads it again, or creates again, a few
+// times.
 //
 // It sits in the ingest pipeline after the CloudEvent is built and before
 // admission. It does not decide what an event admits, and does not
