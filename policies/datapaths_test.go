@@ -82,7 +82,10 @@ var pathSets = func() []*DataPaths {
 		wide.Add(k, "d")
 	}
 	wide.Add("repository", "full_name")
-	return []*DataPaths{{}, a, deep, a.Union(deep), deep.Union(more), more.Union(a).Union(deep), wide, wide.Union(a)}
+	// Into nesting, skipping below it.
+	nested := &DataPaths{}
+	nested.Add("q", "k", "k", "x")
+	return []*DataPaths{{}, a, deep, a.Union(deep), deep.Union(more), more.Union(a).Union(deep), wide, wide.Union(a), nested}
 }()
 
 // samePruned holds ParseJSONPaths to ParseJSON: it refuses what ParseJSON
@@ -294,7 +297,8 @@ func sameSkip(t *testing.T, raw []byte) {
 
 // TestSkipNesting holds skip to json.Valid on containers nested around
 // the depths where its stack of open containers grows a word, and around
-// the deepest nesting taken.
+// the deepest nesting taken, skipped from the top and from below kept
+// objects.
 func TestSkipNesting(t *testing.T) {
 	for _, depth := range []int{1, 2, 63, 64, 65, 66, 127, 128, 129, 200, maxJSONDepth - 1, maxJSONDepth, maxJSONDepth + 1} {
 		for _, shape := range []string{"objects", "arrays", "mixed"} {
@@ -319,6 +323,9 @@ func TestSkipNesting(t *testing.T) {
 			inner := "\"x\\u00e9\""
 			doc := open.String() + inner + closing.String()
 			sameSkip(t, []byte(doc))
+			// Skipped below an object kept in part, where the depth the
+			// skip starts at counts toward the limit.
+			samePruned(t, []byte(`{"a": 1, "q": `+doc+`}`))
 			// A container closed by the wrong bracket deep inside.
 			if depth > 1 {
 				bad := []byte(doc)
