@@ -259,16 +259,18 @@ func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, op
 		select {
 		case <-ctx.Done():
 			return Entry{}, 0, false, fmt.Errorf("dedupe: record %s (source %q, id %q): %w", key, source, id, ctx.Err())
-		case <-time.After(time.Duration(attempt) * claimRetryWait):
+		case <-time.After(min(time.Duration(attempt)*claimRetryWait, 10*claimRetryWait)):
 		}
 	}
 }
 
 // claimAttempts bounds a Claim's creates of a key that another write
-// takes at the same time, claimRetryWait (times the attempt) apart.
+// takes at the same time, claimRetryWait times the attempt apart (at
+// most ten times it): about two seconds for the winner to be stored and
+// readable.
 const (
-	claimAttempts  = 10
-	claimRetryWait = 10 * time.Millisecond
+	claimAttempts  = 15
+	claimRetryWait = 20 * time.Millisecond
 )
 
 // lostCreate reports whether a create failed because the key had (or
