@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -385,9 +386,21 @@ func dedupeRecord(ctx context.Context, e *env, source, id string) ([]byte, error
 		return nil, fmt.Errorf("open %s: %w", e.names.BucketDedupe(), err)
 	}
 	key := e.names.DedupeKey(source, id)
-	m, err := s.GetLastMsgForSubject(ctx, "$KV."+e.names.BucketDedupe()+"."+key)
-	if err != nil {
-		return nil, fmt.Errorf("the record of %s (source %q, id %q): %w", key, source, id, err)
+	// On a cluster a replica behind the leader may answer the direct get
+	// before it holds the record: ask again for a while.
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		m, err := s.GetLastMsgForSubject(ctx, "$KV."+e.names.BucketDedupe()+"."+key)
+		if err == nil {
+			return m.Data, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("the record of %s (source %q, id %q): %w", key, source, id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the record of %s (source %q, id %q): %w", key, source, id, ctx.Err())
+		case <-time.After(wait):
+		}
 	}
-	return m.Data, nil
 }

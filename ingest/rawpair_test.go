@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/streams"
 )
 
@@ -67,10 +68,17 @@ func storedDedupe(t testing.TB, js jetstream.JetStream, names streams.Names, key
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, "$KV."+names.BucketDedupe()+"."+key)
-	if err != nil {
-		t.Fatalf("jl_dedupe %s: %v", key, err)
-	}
+	// On a cluster a replica behind the leader may answer the direct get
+	// before it holds the record.
+	var m *jetstream.RawStreamMsg
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		var err error
+		m, err = s.GetLastMsgForSubject(ctx, "$KV."+names.BucketDedupe()+"."+key)
+		if err != nil {
+			return fmt.Errorf("jl_dedupe %s: %w", key, err)
+		}
+		return nil
+	})
 	return m
 }
 
