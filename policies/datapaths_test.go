@@ -313,34 +313,49 @@ func TestSkipNesting(t *testing.T) {
 					open.WriteString("[1, ")
 				}
 			}
+			inner := "\"x\\u00e9\""
+			// closer[k] is where the container k deep is closed.
+			closer := make([]int, depth)
 			for k := depth - 1; k >= 0; k-- {
 				if kinds[k] {
 					closing.WriteString(`, "z": [true, {}]}`)
 				} else {
 					closing.WriteString(`, null]`)
 				}
+				closer[k] = open.Len() + len(inner) + closing.Len() - 1
 			}
-			inner := "\"x\\u00e9\""
 			doc := open.String() + inner + closing.String()
 			sameSkip(t, []byte(doc))
 			// Skipped below an object kept in part, where the depth the
 			// skip starts at counts toward the limit.
 			samePruned(t, []byte(`{"a": 1, "q": `+doc+`}`))
-			// A container closed by the wrong bracket deep inside.
-			if depth > 1 {
-				bad := []byte(doc)
-				at := len(open.String()) + len(inner)
-				for ; bad[at] != '}' && bad[at] != ']'; at++ {
+			// A container closed by the wrong bracket: the innermost, those
+			// either side of a word of the stack, the outermost.
+			for _, k := range []int{depth - 1, 64, 63, 0} {
+				if k >= depth {
+					continue
 				}
-				if bad[at] == '}' {
-					bad[at] = ']'
+				bad := []byte(doc)
+				if want := "]}"[b2i(kinds[k])]; bad[closer[k]] != want {
+					t.Fatalf("depth %d %s: closer of %d at %d is %q, want %q", depth, shape, k, closer[k], bad[closer[k]], want)
+				}
+				if bad[closer[k]] == '}' {
+					bad[closer[k]] = ']'
 				} else {
-					bad[at] = '}'
+					bad[closer[k]] = '}'
 				}
 				sameSkip(t, bad)
+				samePruned(t, []byte(`{"a": 1, "q": `+string(bad)+`}`))
 			}
 		}
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestSkip holds skip to json.Valid on the seeds and the GitHub fixtures.
