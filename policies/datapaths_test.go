@@ -78,10 +78,11 @@ var pathSets = func() []*DataPaths {
 	more.Add("x", "y", "z")
 	// More members than a key is looked up among without hashing.
 	wide := &DataPaths{}
-	for _, k := range []string{"a", "b", "c", "action", "number", "pull_request", "x", "y", "z", "issue"} {
+	for _, k := range []string{"a", "b", "c", "action", "number", "pull_request", "x", "y", "z", "issue", "é"} {
 		wide.Add(k, "d")
 	}
 	wide.Add("repository", "full_name")
+	wide.Add("ab")
 	// Into nesting, skipping below it.
 	nested := &DataPaths{}
 	nested.Add("q", "k", "k", "x")
@@ -115,9 +116,19 @@ func TestParseJSONPaths(t *testing.T) {
 		}
 		inputs = append(inputs, string(b))
 	}
+	inputs = append(inputs, keySeeds...)
 	for _, in := range inputs {
 		samePruned(t, []byte(in))
 	}
+}
+
+// keySeeds hold keys on a path written with escapes or past ASCII, and
+// such a key twice in one object, each form first: the last one read is
+// kept, whichever form it has.
+var keySeeds = []string{
+	`{"\u0061":{"d":1},"b":2}`, `{"\u0061ction":{"d":"x"},"action":{"d":"y"}}`, `{"action":{"d":"y"},"\u0061ction":{"d":"x"}}`,
+	`{"a\u0062":1,"ab":2}`, `{"ab":2,"a\u0062":1}`, `{"é":{"d":1},"\u00e9":{"d":2}}`, `{"\u00e9":{"d":2},"é":{"d":1}}`,
+	`{"pull_request":{"n\u0075mber":7,"number":8},"\u0070ull_request":{"number":9}}`,
 }
 
 // FuzzParseJSONPaths holds ParseJSONPaths to ParseJSON on any input.
@@ -127,6 +138,9 @@ func FuzzParseJSONPaths(f *testing.F) {
 	}
 	f.Add([]byte(`{"c":{"d":[1,{"x":"\u00e9"}],"e":"\x"}}`))
 	f.Add([]byte(`{"pull_request":{"number":2,"title":"x"},"issue":{"pull_request":{}}}`))
+	for _, s := range keySeeds {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 1<<16 {
 			return
