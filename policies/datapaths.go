@@ -385,9 +385,11 @@ func skipSpace(b []byte, i int) int {
 var isSpace = [256]bool{' ': true, '\n': true, '\t': true, '\r': true}
 
 // skip checks the value at d.i as value would and moves past it,
-// building nothing. It walks nested containers in one loop, keeping of
-// each open one only whether it is an object: bit k of open is the
-// container k deep (past 64 deep, in more).
+// building nothing, with value's errors. It walks nested containers in
+// one loop, keeping of each open one only whether it is an object:
+// level k counts from the skipped value (level 0) inward, its bit is
+// bit k of open below 64 and bit k%64 of more[k/64-1] from 64 on. depth
+// is the nesting the value is in; the limit counts it with the levels.
 func (d *jsonDecoder) skip(depth int) error {
 	b := d.b
 	i := d.i
