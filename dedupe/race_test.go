@@ -18,7 +18,8 @@ import (
 // key was deleted before (the create then expects the delete's revision).
 // A replicated stream refuses a write to a subject another write is still
 // being proposed for with 10164, not 10071, and before the winner's write
-// is stored a lookup does not find it.
+// is stored a lookup does not find it, nor does one a lagging replica
+// answers after.
 func TestConcurrentRecordsOfOneIDOnR3(t *testing.T) {
 	c := natstest.RunCluster(t, 3)
 	_, js := natstest.Connect(t, c.URLs())
@@ -65,8 +66,14 @@ func TestConcurrentRecordsOfOneIDOnR3(t *testing.T) {
 		for err := range errs {
 			t.Errorf("round %d (deleted before: %v): concurrent record: %v", r, r%2 == 1, err)
 		}
-		if _, seen, err := st.Seen(ctx, src, id); err != nil || !seen {
-			t.Fatalf("round %d: seen after the records: %v %v", r, seen, err)
-		}
+		// A direct get may be answered by a replica behind the leader
+		// (about one lookup in ten right after a record, on this
+		// cluster): the record is seen once that replica holds it.
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if _, seen, err := st.Seen(ctx, src, id); err != nil || !seen {
+				return fmt.Errorf("round %d: seen after the records: %v %v", r, seen, err)
+			}
+			return nil
+		})
 	}
 }
