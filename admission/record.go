@@ -367,7 +367,7 @@ func ReadRecent(ctx context.Context, js jetstream.JetStream, names streams.Names
 // decision), so a reader never shows an empty decision: the records
 // returned are the others, and the error, nil when every line was a
 // record, says how many lines were skipped, the first by its number and
-// its start, quoted.
+// its start, quoted. An empty body is no record and an error too.
 func ParseRecords(data []byte) ([]Record, error) {
 	var one Record
 	if json.Unmarshal(data, &one) == nil && isRecord(one) {
@@ -393,6 +393,10 @@ func ParseRecords(data []byte) ([]Record, error) {
 			continue
 		}
 		out = append(out, rec)
+	}
+	if lines == 0 {
+		// An empty body holds no decision either: said, not dropped.
+		return nil, errors.New("admission: an empty JL_AUDIT message skipped: not a decision record")
 	}
 	if skipped > 0 {
 		return out, fmt.Errorf("admission: %d of %d lines of a JL_AUDIT message skipped; %w", skipped, lines, first)

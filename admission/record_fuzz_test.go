@@ -27,7 +27,7 @@ func FuzzParseRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, id, reason string, junk []byte) {
 		recs, err := admission.ParseRecords(junk)
-		if err == nil && len(recs) == 0 && len(bytes.TrimSpace(junk)) > 0 {
+		if err == nil && len(recs) == 0 {
 			t.Fatalf("%q read as no record and no error", junk)
 		}
 		for _, r := range recs {

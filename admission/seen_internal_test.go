@@ -89,7 +89,7 @@ func TestParseRecordsSkipsEmptyRecords(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "4 of 5 lines") || !strings.Contains(err.Error(), "line 1: ") {
 		t.Fatalf("records of %q: error %v, want one naming 4 of 5 lines skipped, line 1 first", body, err)
 	}
-	for _, body := range []string{`null`, `{}`, " { } \n", `{"event":{"id":"1"},"agent":"a"}`} {
+	for _, body := range []string{``, `null`, `{}`, " { } \n", `{"event":{"id":"1"},"agent":"a"}`} {
 		if got, err := ParseRecords([]byte(body)); len(got) != 0 || err == nil {
 			t.Errorf("body %q read as %+v, %v; want no record and an error", body, got, err)
 		}
