@@ -42,10 +42,14 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
 			e := d.Event
-			if d.Digest == "" && d.Receiver != "github" && !strings.HasPrefix(e.Type(), events.GitHubType("", "")) {
+			if d.Digest == "" && d.Receiver != "github" && d.Receiver != "delegate" && !strings.HasPrefix(e.Type(), events.GitHubType("", "")) {
 				// A sender that reuses an id (an Idempotency-Key, a
 				// CloudEvent's source and id) must mean the same request.
-				// GitHub's redeliveries are its own to judge.
+				// GitHub's redeliveries are its own to judge, and so are
+				// a delegation's: its id is the parent's call, and the
+				// recovery of that call makes its event again with a
+				// budget carved anew from what the parent's run has used
+				// since, which is still the one delegation.
 				d.Digest = requestDigest(e)
 			}
 			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dedupe"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/ingest"
 	"github.com/jetloop/jetloop/internal/natstest"
 	ledgerpkg "github.com/jetloop/jetloop/ledger"
@@ -578,4 +580,49 @@ func delegateResultsOf(tr record.Transcript, tool string) []record.Entry {
 		}
 	}
 	return out
+}
+
+// A delegate event made again by the recovery of its call carries a
+// budget carved anew (the parent's usage moved since): it is the same
+// delegation, answered as a duplicate with the child it started, not
+// refused as an id reused for another request.
+func TestDelegateEventMadeAgainWithAnotherBudgetIsOne(t *testing.T) {
+	e := setup(t)
+	helper := policies.Definition{Name: "helper", Model: scripted(policies.ScriptEntry{Text: "helped."})}
+	admit := admitWith(t, e, defs{"helper": helper})
+	child := events.ChildSession("lead", "s1", "call_0_0")
+	delegation := func(tokens int64) event.Event {
+		data, err := json.Marshal(events.Delegation{Parent: "lead/s1", CallID: "call_0_0", Task: "help",
+			Budget: events.Budget{MaxTokens: tokens}, Hops: 1, MaxHops: 4,
+			Path: []events.Hop{{Session: "lead/s1", Run: "r1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := event.New()
+		ev.SetID("call_0_0")
+		ev.SetSource(events.DelegationSource("lead", "s1"))
+		ev.SetType(events.TypeDelegate)
+		ev.SetSubject(child)
+		ev.SetTime(time.Now().UTC())
+		ev.SetExtension(events.ExtAgent, "helper")
+		ev.SetExtension(events.ExtSession, child)
+		ev.SetExtension(events.ExtParent, "lead/s1")
+		ev.SetExtension(events.ExtHops, int32(1))
+		if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	ctx := context.Background()
+	first, err := admit(ctx, delegation(1000))
+	if err != nil || len(first.Admitted) != 1 || first.Duplicate {
+		t.Fatalf("first delegation: %+v, %v", first, err)
+	}
+	again, err := admit(ctx, delegation(900))
+	if err != nil {
+		t.Fatalf("the same delegation made again: %v", err)
+	}
+	if !again.Duplicate || len(again.Admitted) != 1 || again.Admitted[0] != first.Admitted[0] {
+		t.Fatalf("the same delegation made again: %+v, want a duplicate of %+v", again, first)
+	}
 }
