@@ -114,7 +114,8 @@ func ToMsg(subject string, e event.Event) (*nats.Msg, error) {
 	if ct := e.DataContentType(); ct != "" && !isStructured(ct) && plainHeaderValue(ct) {
 		set(contentTypeHeader, ct)
 	}
-	set(nats.MsgIdHdr, SubjectMsgID(subject, e))
+	// SubjectMsgID(subject, e), of the id and source read already.
+	set(nats.MsgIdHdr, hashID([]string{subject}, attrs[2].value, attrs[1].value))
 	m.Data = bytes.Clone(e.DataEncoded)
 	return m, nil
 }
