@@ -170,10 +170,26 @@ func Digest(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// Key names the event with source and id in the store: its key, made
+// once for a lookup and the record that follows it (SeenKey, RecordKey).
+type Key struct {
+	source, id, key string
+}
+
+// Key returns the Key of the event with source and id.
+func (s *Store) Key(source, id string) Key {
+	return Key{source: source, id: id, key: s.names.DedupeKey(source, id)}
+}
+
 // Seen returns the entry of the event with source and id, and whether
 // there is one.
 func (s *Store) Seen(ctx context.Context, source, id string) (Entry, bool, error) {
-	key := s.names.DedupeKey(source, id)
+	return s.SeenKey(ctx, s.Key(source, id))
+}
+
+// SeenKey is Seen of the event k names.
+func (s *Store) SeenKey(ctx context.Context, k Key) (Entry, bool, error) {
+	key, source, id := k.key, k.source, k.id
 	e, err := s.get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
@@ -201,7 +217,13 @@ func (s *Store) Seen(ctx context.Context, source, id string) (Entry, bool, error
 // ErrConflict: two concurrent requests with one id and different bodies,
 // of which only the first was stored.
 func (s *Store) Record(ctx context.Context, source, id string, outcome []byte, opts ...RecordOption) error {
-	prev, _, fresh, err := s.Claim(ctx, source, id, outcome, opts...)
+	return s.RecordKey(ctx, s.Key(source, id), outcome, opts...)
+}
+
+// RecordKey is Record of the event k names.
+func (s *Store) RecordKey(ctx context.Context, k Key, outcome []byte, opts ...RecordOption) error {
+	source, id := k.source, k.id
+	prev, _, fresh, err := s.claim(ctx, k, outcome, opts...)
 	if err != nil || fresh {
 		return err
 	}
@@ -221,7 +243,11 @@ func (s *Store) Record(ctx context.Context, source, id string, outcome []byte, o
 // amending the outcome after (Amend) makes concurrent requests with one
 // id agree on which of them acts.
 func (s *Store) Claim(ctx context.Context, source, id string, outcome []byte, opts ...RecordOption) (Entry, uint64, bool, error) {
-	key := s.names.DedupeKey(source, id)
+	return s.claim(ctx, s.Key(source, id), outcome, opts...)
+}
+
+func (s *Store) claim(ctx context.Context, k Key, outcome []byte, opts ...RecordOption) (Entry, uint64, bool, error) {
+	key, source, id := k.key, k.source, k.id
 	ent := Entry{At: time.Now().UTC()}
 	for _, o := range opts {
 		o(&ent)

@@ -122,3 +122,46 @@ func TestClaimAndDigest(t *testing.T) {
 		t.Fatalf("another request under the id: %v, want ErrConflict", err)
 	}
 }
+
+// TestKeyNamesWhatSourceAndIDName: a lookup or record by Key is one by
+// the source and id it was made of, on a real server, and no other.
+func TestKeyNamesWhatSourceAndIDName(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	ctx := context.Background()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := dedupe.New(ctx, js, dedupe.Config{Names: streams.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const src = "https://github.com/octo/repo"
+	k := st.Key(src, "d1")
+	if _, seen, err := st.SeenKey(ctx, k); err != nil || seen {
+		t.Fatalf("before the record: seen %v, %v", seen, err)
+	}
+	if err := st.RecordKey(ctx, k, []byte(`{"id":"d1"}`), dedupe.WithDigest("a")); err != nil {
+		t.Fatal(err)
+	}
+	if ent, seen, err := st.Seen(ctx, src, "d1"); err != nil || !seen || string(ent.Outcome) != `{"id":"d1"}` || ent.Digest != "a" {
+		t.Fatalf("Seen of what RecordKey recorded: %+v %v %v", ent, seen, err)
+	}
+	if err := st.Record(ctx, src, "d1", nil, dedupe.WithDigest("b")); !errors.Is(err, dedupe.ErrConflict) {
+		t.Fatalf("Record of another request under the id RecordKey recorded: %v, want ErrConflict", err)
+	}
+	if err := st.RecordKey(ctx, st.Key(src, "d1"), nil, dedupe.WithDigest("b")); !errors.Is(err, dedupe.ErrConflict) {
+		t.Fatalf("RecordKey of another request under the id: %v, want ErrConflict", err)
+	}
+	if err := st.Record(ctx, src, "d2", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, seen, err := st.SeenKey(ctx, st.Key(src, "d2")); err != nil || !seen {
+		t.Fatalf("SeenKey of what Record recorded: seen %v, %v", seen, err)
+	}
+	for _, other := range []dedupe.Key{st.Key(src, "d3"), st.Key("https://github.com/octo/other", "d1")} {
+		if _, seen, err := st.SeenKey(ctx, other); err != nil || seen {
+			t.Fatalf("SeenKey of another event: seen %v, %v", seen, err)
+		}
+	}
+}

@@ -53,7 +53,11 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 				d.Digest = requestDigest(e)
 			}
 			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))
-			ent, seen, err := store.Seen(ctx, e.Source(), e.ID())
+			// The source formatted and the key hashed once, for the lookup
+			// and the record.
+			source := e.Source()
+			key := store.Key(source, e.ID())
+			ent, seen, err := store.SeenKey(ctx, key)
 			if span.IsRecording() {
 				span.SetAttributes(attribute.Bool("jetloop.duplicate", seen))
 			}
@@ -64,7 +68,7 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			}
 			if seen && d.Digest != "" && ent.Digest != "" && ent.Digest != d.Digest {
 				return nil, fmt.Errorf("%w: id %q of %s was used for a request with a different body; use a new Idempotency-Key",
-					ErrConflict, e.ID(), e.Source())
+					ErrConflict, e.ID(), source)
 			}
 			if seen {
 				m.duplicates.WithLabelValues(d.Receiver).Inc()
@@ -94,11 +98,11 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			if d.Digest != "" {
 				opts = append(opts, dedupe.WithDigest(d.Digest))
 			}
-			if err := store.Record(ctx, e.Source(), e.ID(), outcome, opts...); errors.Is(err, dedupe.ErrConflict) {
+			if err := store.RecordKey(ctx, key, outcome, opts...); errors.Is(err, dedupe.ErrConflict) {
 				// A concurrent request with this id and another body was
 				// recorded first; inside the stream's window the server
 				// dropped this one's publishes as duplicates of its.
-				return nil, fmt.Errorf("%w: id %q of %s was used at the same time for a request with a different body", ErrConflict, e.ID(), e.Source())
+				return nil, fmt.Errorf("%w: id %q of %s was used at the same time for a request with a different body", ErrConflict, e.ID(), source)
 			} else if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
