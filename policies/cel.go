@@ -33,6 +33,10 @@ const (
 	// interruptEvery is how many comprehension iterations run between
 	// checks of the evaluation's context.
 	interruptEvery = 64
+	// cheapInputLimit is the largest input bound an expression is
+	// planned without the cost tracker for (Expr.fast): beyond any event
+	// JetStream carries.
+	cheapInputLimit = 1 << 30
 )
 
 // The variables rules see, and the fields each declares. A selection of
@@ -172,6 +176,15 @@ type Expr struct {
 	// loops: the expression holds a comprehension (all, exists, map,
 	// filter), the only part of an evaluation a context can interrupt.
 	loops bool
+	// fast is prg without the cost tracker, for inputs bounded by
+	// cheapUpTo (an inputBound), over which the expression's cost is
+	// bounded within CostLimit (costBound): the limit cannot stop such an
+	// evaluation, so it goes the same without counting. nil when no input
+	// bound makes it cheap.
+	fast      cel.Program
+	cheapUpTo uint64
+	// root is the checked expression.
+	root ast.Expr
 	// types, for a condition over `event` whose first term tests
 	// event.type against literals, is that test: a type it refuses makes
 	// the condition false without an evaluation (see typeTest).
@@ -254,7 +267,13 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if err != nil {
 		return nil, &exprError{msg: "CEL: " + err.Error()}
 	}
-	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked)}
+	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked), root: checked.NativeRep().Expr()}
+	if n, ok := maxCheapInput(x.root, cheapInputLimit); ok && !x.loops && kind != condOverTool {
+		if x.fast, err = env.Program(checked, cel.EvalOptions(cel.OptOptimize)); err != nil {
+			return nil, &exprError{msg: "CEL: " + err.Error()}
+		}
+		x.cheapUpTo = n
+	}
 	if kind == condOverEvent {
 		x.types = typeTest(checked.NativeRep().Expr())
 	}
@@ -316,10 +335,17 @@ var ErrEval = errors.New("policies: rule evaluation failed")
 // check the context, so an expression without one is evaluated without
 // it: the same evaluation, without the cancelable context the
 // interpreter derives from ctx for every run.
+//
+// Over variables whose sizes bound its cost within CostLimit (Expr.fast),
+// it is evaluated without the cost tracker: the limit could not stop it.
 func (x *Expr) run(ctx context.Context, vars Vars) (ref.Val, error) {
 	// The interpreter recognises a plain map, not a named map type.
 	if !x.loops {
-		out, _, err := x.prg.Eval(map[string]any(vars))
+		prg := x.prg
+		if n, ok := boundOfVars(vars); ok && x.fast != nil && n <= x.cheapUpTo {
+			prg = x.fast
+		}
+		out, _, err := prg.Eval(map[string]any(vars))
 		return out, err
 	}
 	out, _, err := x.prg.ContextEval(ctx, map[string]any(vars))

@@ -14,8 +14,24 @@ import (
 
 // Vars are the variables of one evaluation: `event` for triggers, `tool`
 // and `session` for approvals. Build them once per event with EventVars
-// and share them across every rule.
+// and share them across every rule; do not modify them.
 type Vars map[string]any
+
+// boundKey is where Vars built by EventData keep the bound of their
+// inputs' sizes (inputBound): no CEL identifier, so no rule can read it.
+const boundKey = "\x00bound"
+
+// inputBound bounds the size (in CEL's terms: characters, bytes,
+// elements, entries) of every string, bytes, list and map the variables
+// hold, at any depth (see costBound).
+type inputBound uint64
+
+// boundOfVars returns the input bound vars carry, and false when they
+// carry none (they were not built by EventData).
+func boundOfVars(vars Vars) (uint64, bool) {
+	b, ok := vars[boundKey].(inputBound)
+	return uint64(b), ok
+}
 
 // EventVars returns the variables triggers see for e. The event's data is
 // parsed when its content type is JSON (or absent and the data is JSON):
@@ -36,6 +52,12 @@ type EventData struct {
 	data    any
 	err     error
 	decoded bool
+	// own: data was decoded here, from e's data, so that its length
+	// bounds every size within it.
+	own bool
+	// within bounds the sizes within data once computed (sizeWithin);
+	// 0 until then.
+	within uint64
 	// paths are what of the data is decoded: nil, all of it.
 	paths *DataPaths
 }
@@ -66,7 +88,7 @@ func (d *EventData) VarsFor(need *DataPaths) (Vars, error) {
 		return d.Vars(false)
 	}
 	if d.decoded && !d.paths.Covers(need) {
-		d.decoded, d.data, d.err, d.paths = false, nil, nil, nil
+		d.decoded, d.data, d.err, d.paths, d.within = false, nil, nil, nil, 0
 	}
 	return d.Vars(true)
 }
@@ -79,7 +101,7 @@ func (d *EventData) Vars(data bool) (Vars, error) {
 	if data {
 		if !d.decoded {
 			d.data, d.err = eventData(d.e)
-			d.decoded = true
+			d.decoded, d.own = true, true
 		}
 		if d.err != nil {
 			return nil, d.err
@@ -87,26 +109,82 @@ func (d *EventData) Vars(data bool) (Vars, error) {
 		v = d.data
 	}
 	e := d.e
+	n := uint64(minInputBound)
+	if data {
+		n = max(n, d.dataBound())
+	}
 	exts := make(map[string]any, len(e.Extensions()))
+	n = max(n, uint64(len(e.Extensions())))
 	for k, v := range e.Extensions() {
-		exts[k] = fmt.Sprint(v)
+		s := fmt.Sprint(v)
+		exts[k] = s
+		n = max(n, uint64(len(k)), uint64(len(s)))
 	}
 	var tm time.Time
 	if !e.Time().IsZero() {
 		tm = e.Time().UTC()
 	}
+	id, source, typ, subject := e.ID(), e.Source(), e.Type(), e.Subject()
+	ct, schema, sv := e.DataContentType(), e.DataSchema(), e.SpecVersion()
+	for _, s := range [...]string{id, source, typ, subject, ct, schema, sv} {
+		n = max(n, uint64(len(s)))
+	}
 	return Vars{"event": map[string]any{
-		"id":              e.ID(),
-		"source":          e.Source(),
-		"type":            e.Type(),
-		"subject":         e.Subject(),
+		"id":              id,
+		"source":          source,
+		"type":            typ,
+		"subject":         subject,
 		"time":            tm,
-		"datacontenttype": e.DataContentType(),
-		"dataschema":      e.DataSchema(),
-		"specversion":     e.SpecVersion(),
+		"datacontenttype": ct,
+		"dataschema":      schema,
+		"specversion":     sv,
 		"data":            v,
 		"extensions":      exts,
-	}}, nil
+	}, boundKey: inputBound(n)}, nil
+}
+
+// dataBound bounds the sizes within the decoded data: its length in
+// bytes when it was decoded here (a string, a list or a map decoded from
+// n bytes of JSON or text is at most n long), else what sizeWithin finds
+// in what the receiver decoded.
+func (d *EventData) dataBound() uint64 {
+	if d.own {
+		return uint64(len(d.e.Data()))
+	}
+	if d.within == 0 {
+		d.within = max(1, sizeWithin(d.data, 0))
+	}
+	return d.within
+}
+
+// sizeWithin is the largest size of v and of any value within it; a
+// value of a type a decoder does not make, or nested deeper than a
+// decoder goes, has no bound (costCap).
+func sizeWithin(v any, depth int) uint64 {
+	if depth > maxJSONDepth {
+		return costCap
+	}
+	switch x := v.(type) {
+	case nil, bool, int64, uint64, float64, int:
+		return 1
+	case string:
+		return uint64(len(x))
+	case []byte:
+		return uint64(len(x))
+	case []any:
+		n := uint64(len(x))
+		for _, e := range x {
+			n = max(n, sizeWithin(e, depth+1))
+		}
+		return n
+	case map[string]any:
+		n := uint64(len(x))
+		for k, e := range x {
+			n = max(n, uint64(len(k)), sizeWithin(e, depth+1))
+		}
+		return n
+	}
+	return costCap
 }
 
 // Event returns the `event` map of v, for templates.

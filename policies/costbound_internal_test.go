@@ -1,0 +1,220 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+)
+
+// costSeeds are expressions over every operator and function costBound
+// bounds, and some it refuses.
+var costSeeds = []string{
+	`event.data.a.b.c.d == 1`,
+	`event.type in ["a", "b"] && !event.data.pull_request.draft`,
+	`event.data.repository.full_name + "#" + string(event.data.pull_request.number)`,
+	`event.data.l[0] == "x" || event.data.l[1] != event.data.s`,
+	`event.data["a"]["b"].c.d == 1`,
+	`has(event.data.a.b) && has(event.extensions.jlagent)`,
+	`event.type == "t" ? event.data.s : "x"`,
+	`[event.data.s, event.subject] == ["abc", "s"]`,
+	`{"k": event.data.s}.k == "abc"`,
+	`event.data.s.startsWith("ab") && event.data.s.endsWith(event.data.s) && event.data.s.contains(event.data.s)`,
+	`event.data.s.matches("^a+$") || event.data.l[0].matches(event.data.l[1])`,
+	`size(event.data.s) + size(event.data.l) - event.data.a.b.c.d * 2 / 1 % 5 > -1`,
+	`event.data.l + event.data.l + [event.data.s] == event.data.l`,
+	`string(bytes(event.data.s)) + string(event.time) + string(event.data.f) < event.data.s`,
+	`int(event.data.a.b.c.d) + int(uint(1)) == 2 && double(event.data.f) >= 0.5 && bool("true")`,
+	`dyn(event.data.s) + event.data.s + event.data.s + event.data.s != ""`,
+	`event.data.s in event.data.l && "k" in event.data && event.data.s in {"abc": 1}`,
+	`event.data.s + event.data.s + event.data.s + event.data.s + event.data.s + event.data.s`,
+	`(event.data.s + "") + (event.data.s + "") + string(event.data.s) != ""`,
+	`dyn(event.data.s) == dyn(event.data.s) && string(event.data.s) != string(event.data.l)`,
+	`event.data`,
+	`event.data.l[event.data.a.b.c.d]`,
+	`event.data.m[event.data.s]`,
+	`event.extensions.jlagent + event.id + event.source + event.specversion + event.datacontenttype`,
+	`event.data.s.lowerAscii() == "abc"`,
+	`event.data.l.all(x, x != "")`,
+}
+
+// costInputs are event data of several sizes, the last large.
+var costInputs = []string{
+	`{"a":{"b":{"c":{"d":1}}},"l":["x","y"],"s":"abc","f":0.5,"m":{"abc":"v"},"pull_request":{"number":12,"draft":false},"repository":{"full_name":"o/r"}}`,
+	`{"a":{"b":{"c":{"d":0}}},"l":["` + strings.Repeat("é", 300) + `","abc"],"s":"` + strings.Repeat("a", 2000) + `","f":1e300,"m":{}}`,
+	`{"l":[` + strings.Repeat(`"abc",`, 999) + `"abc"],"s":"` + strings.Repeat("ab", 20000) + `","a":{"b":{"c":{"d":1}}}}`,
+	`{"s":"` + strings.Repeat("a", 600_000) + `"}`,
+	`[1,2,3]`,
+	`"text"`,
+}
+
+func costEvent(typ, data string) event.Event {
+	e := event.New()
+	e.SetID("1")
+	e.SetSource("s")
+	e.SetType(typ)
+	e.SetSubject("s")
+	e.SetExtension("jlagent", "a")
+	_ = e.SetData("application/json", []byte(data))
+	return e
+}
+
+// checkCheapEval says what is wrong with x over vars: the cost the
+// tracker counts exceeds the bound for the variables' input bound, or the
+// evaluation without the tracker (what run chooses) answers otherwise
+// than the tracked program under ctx.
+func checkCheapEval(ctx context.Context, x *Expr, vars Vars) error {
+	n, ok := boundOfVars(vars)
+	if !ok {
+		return fmt.Errorf("vars carry no input bound")
+	}
+	out, det, err := x.prg.ContextEval(ctx, map[string]any(vars))
+	if bound, ok := costBound(x.root, n); ok && err == nil && det != nil && det.ActualCost() != nil && *det.ActualCost() > bound {
+		return fmt.Errorf("%s: tracked cost %d over the bound %d for inputs up to %d", x.src, *det.ActualCost(), bound, n)
+	}
+	got, gotErr := x.run(ctx, vars)
+	var gotV, wantV any
+	if got != nil {
+		gotV, _ = nativeOf(got)
+	}
+	if out != nil {
+		wantV, _ = nativeOf(out)
+	}
+	if !reflect.DeepEqual(gotV, wantV) || fmt.Sprint(gotErr) != fmt.Sprint(err) {
+		return fmt.Errorf("%s over inputs up to %d: %.200v, %v; tracked %.200v, %v", x.src, n, gotV, gotErr, wantV, err)
+	}
+	return nil
+}
+
+// TestCostBoundCoversTrackedCost: over events of several sizes, every
+// seed expression the bound covers costs the tracker no more than the
+// bound, and evaluates as the tracked program does, under a live and a
+// cancelled context; the bounded ones are planned without the tracker.
+func TestCostBoundCoversTrackedCost(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, src := range costSeeds {
+		x, err := compileExpr(src, anyOverEvent)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		_, bounded := costBound(x.root, minInputBound)
+		if wantFast := bounded && !x.loops; (x.fast != nil) != wantFast {
+			t.Errorf("%s: planned without the tracker %v, want %v", src, x.fast != nil, wantFast)
+		}
+		for _, data := range costInputs {
+			vars, err := EventVars(costEvent("t", data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ctx := range []context.Context{context.Background(), cancelled} {
+				if err := checkCheapEval(ctx, x, vars); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+}
+
+// TestCheapRulesOfTheWebhook: the rules a GitHub webhook meets most
+// (first terms on event.type, a session of two fields) are planned
+// without the tracker for any webhook body up to well past 28 KB.
+func TestCheapRulesOfTheWebhook(t *testing.T) {
+	for src, kind := range map[string]exprKind{
+		`event.type in ["com.github.pull_request.opened", "com.github.pull_request.synchronize"] && !event.data.pull_request.draft`: condOverEvent,
+		`event.data.repository.full_name + "#" + string(event.data.pull_request.number)`:                                            stringOverEvent,
+	} {
+		x, err := compileExpr(src, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.fast == nil || x.cheapUpTo < 128<<10 {
+			t.Errorf("%s: without the tracker for inputs up to %d (planned %v), want at least 128 KiB", src, x.cheapUpTo, x.fast != nil)
+		}
+	}
+}
+
+// TestCostLimitStillStopsLoopFreeRules: a rule without a comprehension
+// whose cost grows with its input is evaluated without the tracker over
+// a small event, and still stops at the cost limit over one large enough
+// to pass it.
+func TestCostLimitStillStopsLoopFreeRules(t *testing.T) {
+	// Operands that are calls: the tracker charges a concatenation for
+	// the sizes of those (not of fields it selects directly).
+	x, err := compileExpr(`(event.data.s + "") + (event.data.s + "") != ""`, condOverEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.fast == nil || x.cheapUpTo >= 600_000 {
+		t.Fatalf("without the tracker up to %d (planned %v)", x.cheapUpTo, x.fast != nil)
+	}
+	small, err := EventVars(costEvent("t", `{"s":"ab"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := x.EvalBool(context.Background(), small); !ok || err != nil {
+		t.Fatalf("small event: %v, %v", ok, err)
+	}
+	large, err := EventVars(costEvent("t", `{"s":"`+strings.Repeat("a", 600_000)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := x.EvalBool(context.Background(), large); err == nil || !strings.Contains(err.Error(), "cost limit") {
+		t.Fatalf("large event: %v, %v; want the cost limit", ok, err)
+	}
+}
+
+// TestInputBoundOfReceiverData: data a receiver decoded is bounded by
+// what it holds, not by the event's bytes, and a value of a type no
+// decoder makes leaves the event without a bound that makes it cheap.
+func TestInputBoundOfReceiverData(t *testing.T) {
+	e := costEvent("t", `{}`)
+	long := strings.Repeat("x", 5000)
+	vars, err := DecodedEventData(e, map[string]any{"a": []any{map[string]any{long: int64(1)}}}).Vars(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := boundOfVars(vars); n != 5000 {
+		t.Errorf("bound %d, want 5000", n)
+	}
+	vars, err = DecodedEventData(e, map[string]any{"a": struct{}{}}).Vars(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := boundOfVars(vars); n < cheapInputLimit {
+		t.Errorf("bound %d of an unknown type, want none", n)
+	}
+}
+
+// FuzzCostBound compiles arbitrary expressions and evaluates them over
+// arbitrary JSON data: where the bound covers an expression, the tracker
+// never counts more, and run answers what the tracked program answers.
+func FuzzCostBound(f *testing.F) {
+	for _, src := range costSeeds {
+		for _, data := range costInputs[:3] {
+			f.Add(src, data, false)
+		}
+	}
+	f.Add(costSeeds[2], costInputs[0], true)
+	f.Fuzz(func(t *testing.T, src, data string, cancelled bool) {
+		x, err := compileExpr(src, anyOverEvent)
+		if err != nil {
+			return
+		}
+		vars, err := EventVars(costEvent("t", data))
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if cancelled {
+			cancel()
+		}
+		if err := checkCheapEval(ctx, x, vars); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
