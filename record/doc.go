@@ -2,7 +2,10 @@
 // state (State, under <agent>.<session>.state), its transcript (Entry,
 // under <agent>.<session>.log.<id>), the step in flight (Intent) and the
 // sessions it delegated to (under <agent>.<session>.child.<child key>,
-// NoteChild), the store that loads, creates and settles them (Store), and
+// NoteChild), the delegate event of each delegate call, stored
+// create-only before its first publish so every publish of the call is
+// that event (under <agent>.<session>.delegation.<step>,
+// ReserveDelegation; recovery reads it back with Delegation), the store that loads, creates and settles them (Store), and
 // the readers the API, the CLI and the benchmarks use (List, Show,
 // Follow, Children: a session's children by its own keys, without a
 // listing). Window says

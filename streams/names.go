@@ -372,6 +372,15 @@ func (n Names) ParseChildKey(parent SessionRef, key string) (SessionRef, error) 
 	return parseRef(key, at, st)
 }
 
+// DelegationKey is the key in jl_sessions, among parent's own keys, of
+// the delegate event its delegate call of step publishes:
+// <agent>.<session>.delegation.<step>. The step names one intent in the
+// session's life, so a call id used again in another step has a key of
+// its own.
+func (n Names) DelegationKey(parent SessionRef, step uint64) string {
+	return parent.Key() + ".delegation." + strconv.FormatUint(step, 10)
+}
+
 // SessionKeys matches every key of a session in jl_sessions.
 func (n Names) SessionKeys(r SessionRef) string { return r.Key() + ".>" }
 
