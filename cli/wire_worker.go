@@ -195,6 +195,8 @@ func delegationAdmit(ctx context.Context, rt *Runtime, rules *admission.Rules, l
 		switch {
 		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrTooLarge), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
+		case errors.Is(err, ingest.ErrConflict):
+			return worker.Admission{Conflict: err.Error()}, nil
 		case err != nil:
 			return worker.Admission{}, err
 		}

@@ -42,14 +42,14 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 	return func(next Handler) Handler {
 		return func(ctx context.Context, d *Delivery) (*Result, error) {
 			e := d.Event
-			if d.Digest == "" && d.Receiver != "github" && d.Receiver != "delegate" && !strings.HasPrefix(e.Type(), events.GitHubType("", "")) {
+			if d.Digest == "" && d.Receiver != "github" && !strings.HasPrefix(e.Type(), events.GitHubType("", "")) {
 				// A sender that reuses an id (an Idempotency-Key, a
 				// CloudEvent's source and id) must mean the same request.
-				// GitHub's redeliveries are its own to judge, and so are
-				// a delegation's: its id is the parent's call, and the
-				// recovery of that call makes its event again with a
-				// budget carved anew from what the parent's run has used
-				// since, which is still the one delegation.
+				// GitHub's redeliveries are its own to judge. A
+				// delegation's event is no exception: the worker stores
+				// it before its first publish and publishes those bytes
+				// again, so a repeat has the same digest, and another
+				// delegation under a call id used before is a conflict.
 				d.Digest = requestDigest(e)
 			}
 			_, span := tracing.Start(ctx, "dedupe", trace.WithAttributes(tracing.AttrEventID.String(e.ID())))

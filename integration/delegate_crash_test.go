@@ -48,6 +48,8 @@ func delegationPipeline(t *testing.T, js jetstream.JetStream, defs fixedDefs) wo
 		switch {
 		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
+		case errors.Is(err, ingest.ErrConflict):
+			return worker.Admission{Conflict: err.Error()}, nil
 		case err != nil:
 			return worker.Admission{}, err
 		}

@@ -138,6 +138,10 @@ type Admission struct {
 	Admitted []string
 	// Refused are the reasons its agent refused it.
 	Refused []string
+	// Conflict, when set, says why the pipeline refused the event as a
+	// conflict: its id was used before for another event (ingest's
+	// ErrConflict, a 409). Made again, it would be refused again.
+	Conflict string
 }
 
 // Config configures a Worker. The zero values of optional fields are

@@ -77,7 +77,7 @@ const (
 // event and one child.
 func (s *session) delegate(ctx context.Context, call record.CallRef, in record.Intent, d tools.Delegation, recovery bool) error {
 	dctx, cancel := s.stepContext(ctx)
-	child, refusal, err := s.startChild(dctx, call, d)
+	child, refusal, err := s.startChild(dctx, call, in.Step, d, recovery)
 	abort := aborted(dctx)
 	deadline := dctx.Err() != nil && ctx.Err() == nil && abort == nil
 	cancel()
@@ -96,6 +96,12 @@ func (s *session) delegate(ctx context.Context, call record.CallRef, in record.I
 			reason = "deadline passed while a delegate call started its session"
 		}
 		return s.stopBudget(ctx, s.st.Clone(), nil, "deadline", reason)
+	case errors.Is(err, errIDConflict):
+		// Publishing it again would meet the same answer: the call is
+		// answered, and the run goes on.
+		s.counter(s.w.m.delegations, "conflict").Inc()
+		s.log.Warn("delegate event refused as a conflict: its id was used for another event; the call is answered with an error, not published again", "call", call.ID, "to", d.Agent, "err", err)
+		return s.settleResult(ctx, call, in, fmt.Sprintf("delegate to %s: not started: %v", d.Agent, err), true, "")
 	case err != nil:
 		s.log.Warn("delegate call could not publish its session's start; recovery makes it again", "call", call.ID, "to", d.Agent, "err", err)
 		return fmt.Errorf("worker: delegate call %s: %w", call.ID, err)
@@ -108,35 +114,65 @@ func (s *session) delegate(ctx context.Context, call record.CallRef, in record.I
 	return s.settleDelegated(ctx, call, in.Step, child)
 }
 
-// startChild carves the child's budget, gathers its inputs and publishes
-// its delegate event through admission. It returns the child session
-// ("agent/session"), or the reason the delegation is refused.
-func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.Delegation) (child, refusal string, err error) {
+// startChild publishes the delegate event of call, the step's, through
+// admission. On recovery, an event stored for the step is published as
+// it is: the delegation was made, or may have been, and is not judged
+// again (budget, tree size, inputs). Otherwise the event is made anew
+// (makeDelegation) and stored create-only before its first publish; when
+// another attempt stored the step's event first (a stale worker racing
+// its successor), that one is published, never this one. It returns the
+// child session ("agent/session"), or the reason the delegation is
+// refused.
+func (s *session) startChild(ctx context.Context, call record.CallRef, step uint64, d tools.Delegation, recovery bool) (child, refusal string, err error) {
 	if s.w.cfg.Admit == nil {
 		return "", "delegate: this worker cannot start sessions (no admission pipeline is configured)", nil
 	}
+	var stored []byte
+	if recovery {
+		if stored, err = s.w.store.Delegation(ctx, s.r.ref, step); err != nil {
+			return "", "", err
+		}
+	}
+	if stored == nil {
+		made, refusal, err := s.makeDelegation(ctx, call, d)
+		if err != nil || refusal != "" {
+			return "", refusal, err
+		}
+		if stored, err = s.w.store.ReserveDelegation(ctx, s.r.ref, step, made); err != nil {
+			return "", "", err
+		}
+	} else {
+		s.log.Info("delegate call recovered: publishing the delegate event stored before its first publish", "call", call.ID, "step", step)
+	}
+	return s.publishDelegation(ctx, call, step, stored)
+}
+
+// makeDelegation carves the child's budget, gathers its inputs and
+// encodes the delegate event of call, or says why the delegation is
+// refused.
+func (s *session) makeDelegation(ctx context.Context, call record.CallRef, d tools.Delegation) (encoded []byte, refusal string, err error) {
 	name := events.ChildSession(s.r.ref.Agent, s.r.ref.Session, call.ID)
 	cref, err := streams.NewSessionRef(d.Agent, name)
 	if err != nil {
-		return "", fmt.Sprintf("delegate: agent %q: %v", d.Agent, err), nil
+		return nil, fmt.Sprintf("delegate: agent %q: %v", d.Agent, err), nil
 	}
 	run := s.runID()
 	ceil := ledgerCeiling(s.st.Limits)
 	acct, err := s.w.ledger.OpenAccount(ctx, s.r.ref, run, ceil, s.ownPart(s.st))
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	now := time.Now().UTC()
 	b, why := carve(s.st.Limits, acct.Total(), d.Budget, s.deadlineAt(), now)
 	if why != "" {
-		return "", "delegate to " + d.Agent + ": " + why, nil
+		return nil, "delegate to " + d.Agent + ": " + why, nil
 	}
 	if n := len(acct.Parts); n >= maxTreeParts {
-		return "", fmt.Sprintf("delegate to %s: this run's tree counts %d sessions already, the most one tree may have", d.Agent, n), nil
+		return nil, fmt.Sprintf("delegate to %s: this run's tree counts %d sessions already, the most one tree may have", d.Agent, n), nil
 	}
 	inputs, why, err := s.inputs(ctx, cref, d.Inputs)
 	if err != nil || why != "" {
-		return "", why, err
+		return nil, why, err
 	}
 	hops, maxHops := 1, s.maxHops()
 	var path []events.Hop
@@ -152,7 +188,7 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 		Hops: hops, MaxHops: maxHops, Path: path,
 	})
 	if err != nil {
-		return "", "", fmt.Errorf("encode delegation: %w", err)
+		return nil, "", fmt.Errorf("encode delegation: %w", err)
 	}
 	e := event.New()
 	e.SetID(call.ID)
@@ -165,7 +201,33 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 	e.SetExtension(events.ExtParent, s.r.ref.String())
 	e.SetExtension(events.ExtHops, int32(hops))
 	if err := e.SetData(event.ApplicationJSON, data); err != nil {
-		return "", "", fmt.Errorf("delegate event: %w", err)
+		return nil, "", fmt.Errorf("delegate event: %w", err)
+	}
+	out, err := json.Marshal(e)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode delegate event %s: %w", call.ID, err)
+	}
+	return out, "", nil
+}
+
+// errIDConflict is a delegate event the pipeline refused because its id
+// was used before for another event: the call is answered with the
+// reason, never published again.
+var errIDConflict = errors.New("the delegate event's id was used for another event")
+
+// publishDelegation publishes stored, the encoded delegate event of call
+// of step, through admission, after recording the child among this
+// session's keys.
+func (s *session) publishDelegation(ctx context.Context, call record.CallRef, step uint64, stored []byte) (child, refusal string, err error) {
+	var e event.Event
+	if err := json.Unmarshal(stored, &e); err != nil {
+		return "", fmt.Sprintf("delegate: the delegate event stored for step %d does not decode: %v", step, err), nil
+	}
+	agent, _ := e.Extensions()[events.ExtAgent].(string)
+	session, _ := e.Extensions()[events.ExtSession].(string)
+	cref, rerr := streams.NewSessionRef(agent, session)
+	if e.ID() != call.ID || e.Type() != events.TypeDelegate || rerr != nil {
+		return "", fmt.Sprintf("delegate: the delegate event stored for step %d is %s %q to %q, not this call's", step, e.Type(), e.ID(), agent+"/"+session), nil
 	}
 	// The child is recorded among this session's keys before it can
 	// exist, so a reader of this session finds every child it has.
@@ -185,13 +247,16 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, d tools.D
 	if err != nil {
 		return "", "", err
 	}
+	if res.Conflict != "" {
+		return "", "", fmt.Errorf("%w: %s", errIDConflict, res.Conflict)
+	}
 	if len(res.Refused) > 0 {
-		return "", "delegate to " + d.Agent + " refused: " + strings.Join(res.Refused, "; "), nil
+		return "", "delegate to " + cref.Agent + " refused: " + strings.Join(res.Refused, "; "), nil
 	}
 	if !slices.Contains(res.Admitted, cref.String()) {
-		return "", fmt.Sprintf("delegate to %s: admission did not start the session %s", d.Agent, cref), nil
+		return "", fmt.Sprintf("delegate to %s: admission did not start the session %s", cref.Agent, cref), nil
 	}
-	s.log.Info("delegated", "call", call.ID, "child", cref.String(), "hops", hops, "duplicate", res.Duplicate)
+	s.log.Info("delegated", "call", call.ID, "child", cref.String(), "hops", e.Extensions()[events.ExtHops], "duplicate", res.Duplicate)
 	return cref.String(), "", nil
 }
 

@@ -58,6 +58,8 @@ func admitWith(t *testing.T, e *env, d defs) worker.AdmitFunc {
 		switch {
 		case errors.Is(err, ingest.ErrNotFound), errors.Is(err, ingest.ErrBadRequest), errors.Is(err, ingest.ErrNotAdmitted):
 			return worker.Admission{Refused: []string{err.Error()}}, nil
+		case errors.Is(err, ingest.ErrConflict):
+			return worker.Admission{Conflict: err.Error()}, nil
 		case err != nil:
 			return worker.Admission{}, err
 		}
@@ -582,47 +584,68 @@ func delegateResultsOf(tr record.Transcript, tool string) []record.Entry {
 	return out
 }
 
-// A delegate event made again by the recovery of its call carries a
-// budget carved anew (the parent's usage moved since): it is the same
-// delegation, answered as a duplicate with the child it started, not
-// refused as an id reused for another request.
-func TestDelegateEventMadeAgainWithAnotherBudgetIsOne(t *testing.T) {
+// delegationEvent is the delegate event lead/s1's call call_0_0 would
+// publish to helper, with a budget of tokens.
+func delegationEvent(t *testing.T, task string, tokens int64) event.Event {
+	t.Helper()
+	child := events.ChildSession("lead", "s1", "call_0_0")
+	data, err := json.Marshal(events.Delegation{Parent: "lead/s1", CallID: "call_0_0", Task: task,
+		Budget: events.Budget{MaxTokens: tokens}, Hops: 1, MaxHops: 4,
+		Path: []events.Hop{{Session: "lead/s1", Run: "r1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event.New()
+	ev.SetID("call_0_0")
+	ev.SetSource(events.DelegationSource("lead", "s1"))
+	ev.SetType(events.TypeDelegate)
+	ev.SetSubject(child)
+	ev.SetTime(time.Now().UTC())
+	ev.SetExtension(events.ExtAgent, "helper")
+	ev.SetExtension(events.ExtSession, child)
+	ev.SetExtension(events.ExtParent, "lead/s1")
+	ev.SetExtension(events.ExtHops, int32(1))
+	if err := ev.SetData(event.ApplicationJSON, data); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// A delegate event published again (by its call's recovery, which
+// publishes the event stored before the first publish: the same bytes)
+// is the same delegation, answered as a duplicate with the child it
+// started; another delegation under the same id (a budget carved anew,
+// say) is a conflict, never taken for the first.
+func TestDelegateEventPublishedAgainIsOne(t *testing.T) {
 	e := setup(t)
 	helper := policies.Definition{Name: "helper", Model: scripted(policies.ScriptEntry{Text: "helped."})}
 	admit := admitWith(t, e, defs{"helper": helper})
-	child := events.ChildSession("lead", "s1", "call_0_0")
-	delegation := func(tokens int64) event.Event {
-		data, err := json.Marshal(events.Delegation{Parent: "lead/s1", CallID: "call_0_0", Task: "help",
-			Budget: events.Budget{MaxTokens: tokens}, Hops: 1, MaxHops: 4,
-			Path: []events.Hop{{Session: "lead/s1", Run: "r1"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev := event.New()
-		ev.SetID("call_0_0")
-		ev.SetSource(events.DelegationSource("lead", "s1"))
-		ev.SetType(events.TypeDelegate)
-		ev.SetSubject(child)
-		ev.SetTime(time.Now().UTC())
-		ev.SetExtension(events.ExtAgent, "helper")
-		ev.SetExtension(events.ExtSession, child)
-		ev.SetExtension(events.ExtParent, "lead/s1")
-		ev.SetExtension(events.ExtHops, int32(1))
-		if err := ev.SetData(event.ApplicationJSON, data); err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
 	ctx := context.Background()
-	first, err := admit(ctx, delegation(1000))
-	if err != nil || len(first.Admitted) != 1 || first.Duplicate {
+	ev := delegationEvent(t, "help", 1000)
+	stored, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := admit(ctx, ev)
+	if err != nil || len(first.Admitted) != 1 || first.Duplicate || first.Conflict != "" {
 		t.Fatalf("first delegation: %+v, %v", first, err)
 	}
-	again, err := admit(ctx, delegation(900))
-	if err != nil {
-		t.Fatalf("the same delegation made again: %v", err)
+	var again event.Event
+	if err := json.Unmarshal(stored, &again); err != nil {
+		t.Fatal(err)
 	}
-	if !again.Duplicate || len(again.Admitted) != 1 || again.Admitted[0] != first.Admitted[0] {
-		t.Fatalf("the same delegation made again: %+v, want a duplicate of %+v", again, first)
+	res, err := admit(ctx, again)
+	if err != nil {
+		t.Fatalf("the same delegation published again: %v", err)
+	}
+	if !res.Duplicate || len(res.Admitted) != 1 || res.Admitted[0] != first.Admitted[0] || res.Conflict != "" {
+		t.Fatalf("the same delegation published again: %+v, want a duplicate of %+v", res, first)
+	}
+	other, err := admit(ctx, delegationEvent(t, "help", 900))
+	if err != nil {
+		t.Fatalf("another delegation under the id: %v", err)
+	}
+	if other.Conflict == "" || other.Duplicate || len(other.Admitted) != 0 {
+		t.Fatalf("another delegation under the id: %+v, want a conflict", other)
 	}
 }

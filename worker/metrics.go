@@ -155,7 +155,7 @@ func NewMetrics() *Metrics {
 		}),
 		delegations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "delegations_total",
-			Help: "Delegate calls by the delegating agent, its definition version and outcome (started, refused: by the hop limit, a cycle or reads; answered; answered_late: after the run that made the call ended; cancelled: with the run that started it).",
+			Help: "Delegate calls by the delegating agent, its definition version and outcome (started, refused: by the hop limit, a cycle or reads; conflict: its event id was used for another event; answered; answered_late: after the run that made the call ended; cancelled: with the run that started it).",
 		}, []string{"agent", "version", "outcome"}),
 		ledgerReports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "jetloop", Subsystem: "worker", Name: "ledger_reports_total",

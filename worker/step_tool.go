@@ -112,12 +112,27 @@ func (s *session) rerunTool(ctx context.Context, call record.CallRef, p record.I
 	if limit, reason, err := s.limitReached(ctx, record.StepTool, time.Now(), false); err != nil {
 		return err
 	} else if limit != "" {
+		// A delegate call whose event is stored may have started its
+		// child, with the budget carved then: its replay publishes that
+		// event, and is no new spending to refuse.
+		if made, err := s.delegationStored(ctx, p); err != nil {
+			return err
+		} else if made {
+			s.log.Info("budget reached, but the interrupted delegate call's event is stored: publishing it again", "call", call.ID, "limit", limit)
+			return s.replayTool(ctx, call, tool, spec)
+		}
 		next := s.st.Clone()
 		e := s.entry(&next, record.KindToolResult)
 		e.Name, e.CallID, e.Result, e.IsError = call.Name, call.ID, interruptedText+"; not run again: budget exceeded", true
 		next.Calls = next.Calls[1:]
 		return s.stopBudget(ctx, next, []record.Entry{e}, limit, reason)
 	}
+	return s.replayTool(ctx, call, tool, spec)
+}
+
+// replayTool makes the interrupted call of the pending intent again, as
+// a new attempt of it.
+func (s *session) replayTool(ctx context.Context, call record.CallRef, tool toolsTool, spec toolsSpec) error {
 	next := s.st.Clone()
 	next.Pending.Attempt++
 	next.Pending.Owner = s.w.cfg.ID
@@ -126,6 +141,17 @@ func (s *session) rerunTool(ctx context.Context, call record.CallRef, p record.I
 		return err
 	}
 	return s.callTool(ctx, call, *s.st.Pending, tool, spec, true)
+}
+
+// delegationStored reports whether p is the intent of a delegate call
+// whose delegate event is stored: the delegation was, or may have been,
+// made.
+func (s *session) delegationStored(ctx context.Context, p record.Intent) (bool, error) {
+	if p.Kind != record.StepTool || p.Tool != "delegate" {
+		return false, nil
+	}
+	stored, err := s.w.store.Delegation(ctx, s.r.ref, p.Step)
+	return stored != nil, err
 }
 
 // probeTool asks the tool of an interrupted call whether the call's
