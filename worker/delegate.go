@@ -549,7 +549,8 @@ func (s *session) childAnswered(ctx context.Context, in *input, ev event.Event, 
 // lateAnswer reports whether ev, an answer this session no longer waits
 // for, is the first answer of the child one of its delegate calls
 // started: the run that made the call ended before it (and closed the
-// call), and the child answers with what it consumed.
+// call), and the child answers with what it consumed. An answer taken
+// before, as the call's result or late, is not: its usage is counted.
 func (s *session) lateAnswer(res events.DelegationResult, ev event.Event) bool {
 	agent, session, ok := strings.Cut(res.Child, "/")
 	if !ok || session != events.ChildSession(s.r.ref.Agent, s.r.ref.Session, res.CallID) ||
@@ -559,8 +560,11 @@ func (s *session) lateAnswer(res events.DelegationResult, ev event.Event) bool {
 	closed := false
 	for _, e := range s.live {
 		switch {
-		case e.Kind == record.KindSystem && e.Event != nil && e.Event.Type == events.TypeDelegateResult && e.Event.ID == ev.ID() && e.Event.Source == ev.Source():
-			return false // counted already
+		case e.Event != nil && e.Event.Type == events.TypeDelegateResult && e.Event.ID == ev.ID() && e.Event.Source == ev.Source():
+			// Counted already: as a late answer (a system entry), or as
+			// the call's result (published again past JL_IN's duplicate
+			// window, it is the same answer).
+			return false
 		case e.Kind == record.KindToolResult && e.CallID == res.CallID:
 			closed = true
 		}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -264,5 +266,68 @@ func TestDelegateIDUsedBeforeIsAnsweredOnce(t *testing.T) {
 	}
 	if n := held(t, e, e.names.In(childRef(t, e, "helper", ref, "call_0_0"))); n != 1 {
 		t.Fatalf("%d delegate events for the child, want the earlier one", n)
+	}
+}
+
+// A child's answer published again after JL_IN's duplicate window (the
+// server keeps both) is the same answer: the parent took it as its
+// call's result, and does not count the child's usage a second time.
+func TestDelegateAnswerTwiceIsCountedOnce(t *testing.T) {
+	e := setup(t)
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"},
+		Model: scripted(
+			policies.ScriptEntry{Text: "Delegating.", ToolCalls: []policies.ScriptToolCall{delegateCall("helper", "help", nil, nil)}},
+			policies.ScriptEntry{Text: "Lead done."})}
+	helper := policies.Definition{Name: "helper", Model: scripted(policies.ScriptEntry{Text: "Helped.", Usage: policies.Usage{InputTokens: 70, OutputTokens: 7}})}
+	d := defs{"lead": lead, "helper": helper}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"lead", "helper"}, Admit: admitWith(t, e, d)})
+	ref := e.ref(t, "lead", "s1")
+	e.send(t, ref, "go")
+	e.waitStatus(t, ref, record.StatusDone)
+	cref := childRef(t, e, "helper", ref, "call_0_0")
+	waitAnswerRead(t, e, cref, ref)
+
+	// The answer again, as its publish made again past the window is
+	// stored: under a message id the server has forgotten.
+	ctx := context.Background()
+	in, err := e.js.Stream(ctx, e.names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := in.GetLastMsgForSubject(ctx, e.names.In(ref))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answer.Header.Get("ce-type") != events.TypeDelegateResult {
+		t.Fatalf("the last event of the lead is %q, want the child's answer", answer.Header.Get("ce-type"))
+	}
+	m := nats.NewMsg(answer.Subject)
+	for k, v := range answer.Header {
+		if !strings.HasPrefix(k, "Nats-") {
+			m.Header[k] = v // the event's own headers, not the stored message's
+		}
+	}
+	m.Header.Set(nats.MsgIdHdr, answer.Header.Get(nats.MsgIdHdr)+"-after-the-window")
+	m.Data = answer.Data
+	ack, err := e.js.PublishMsg(ctx, m)
+	if err != nil || ack.Duplicate {
+		t.Fatalf("publish the answer again: %+v, %v", ack, err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.InSeq < ack.Sequence {
+			return fmt.Errorf("the lead read up to %d, the answer again is %d", st.InSeq, ack.Sequence)
+		}
+		return nil
+	})
+	st := state(t, e, ref)
+	if st.Delegated.Sessions != 1 || st.Delegated.Usage.Tokens() != 77 || st.Delegated.Turns != 1 {
+		t.Fatalf("the lead counts its tree %+v, want the child's 77 tokens once", st.Delegated)
+	}
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	checkCalls(t, tr)
+	for _, en := range tr.Transcript {
+		if en.Kind == record.KindSystem && strings.Contains(en.Text, "late answer") {
+			t.Fatalf("the answer again was taken as a late answer: %+v", en)
+		}
 	}
 }
