@@ -63,7 +63,11 @@
 // github: settings and the intent's time in tools.Call.
 //
 // A delegate call starts a child session through admission
-// (Config.Admit) and leaves its call open: the session is waiting, holding
+// (Config.Admit): its delegate event is made once and stored before it
+// is first published (record.Store.ReserveDelegation), and a retry, a
+// recovery or a racing stale worker publishes the stored event verbatim,
+// without carving a budget or checking the tree again. It leaves its
+// call open: the session is waiting, holding
 // nothing, until the child's worker publishes the child's answer when its
 // run ends, which settles the call (delegate.go: the parent's side;
 // delegated.go: the child's). Every run of a delegation tree reports its
