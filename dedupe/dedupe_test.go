@@ -3,6 +3,7 @@ package dedupe_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,50 @@ func TestKeyNamesWhatSourceAndIDName(t *testing.T) {
 	for _, other := range []dedupe.Key{st.Key(src, "d3"), st.Key("https://github.com/octo/other", "d1")} {
 		if _, seen, err := st.SeenKey(ctx, other); err != nil || seen {
 			t.Fatalf("SeenKey of another event: seen %v, %v", seen, err)
+		}
+	}
+}
+
+// TestKeysOfRecordsAlreadyStored: the keys are those records already in
+// a bucket were written under, so each is found by Seen and by a Key, and
+// a Record or Claim of its event is a duplicate, not a second record.
+func TestKeysOfRecordsAlreadyStored(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s.ClientURL())
+	ctx := context.Background()
+	names := streams.Default()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := dedupe.New(ctx, js, dedupe.Config{Names: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, names.BucketDedupe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ source, id, key string }{
+		{"https://github.com/octo/repo", "72d3162e-cc78-11e3-81ab-4c9367dc0958", "https=3A=2F=2Fgithub=2Ecom=2Focto=2Frepo.9514e6751b793abb198c32e333740b61"},
+		{"https://example.com/" + strings.Repeat("a", 82), "d1", "hb6ecf7a3d081ec5d.8b53639f152c8fc6ef30802fde462ba0"},
+		{"/sources/é x", "id 2", "=2Fsources=2F=C3=A9=20x.cb4aec889ac858d52812a44cc47d1c10"},
+	} {
+		if _, err := kv.Create(ctx, c.key, []byte(`{"at":"2026-12-01T00:00:00Z","outcome":{"id":"stored"},"digest":"a"}`)); err != nil {
+			t.Fatal(err)
+		}
+		for how, seen := range map[string]func() (dedupe.Entry, bool, error){
+			"Seen":    func() (dedupe.Entry, bool, error) { return st.Seen(ctx, c.source, c.id) },
+			"SeenKey": func() (dedupe.Entry, bool, error) { return st.SeenKey(ctx, st.Key(c.source, c.id)) },
+		} {
+			if ent, ok, err := seen(); err != nil || !ok || string(ent.Outcome) != `{"id":"stored"}` {
+				t.Fatalf("%s(%q, %q) of the record at %s: %+v %v %v", how, c.source, c.id, c.key, ent, ok, err)
+			}
+		}
+		if err := st.RecordKey(ctx, st.Key(c.source, c.id), nil, dedupe.WithDigest("b")); !errors.Is(err, dedupe.ErrConflict) {
+			t.Fatalf("RecordKey(%q, %q) of another request than the record at %s: %v, want ErrConflict", c.source, c.id, c.key, err)
+		}
+		if _, _, fresh, err := st.Claim(ctx, c.source, c.id, nil); err != nil || fresh {
+			t.Fatalf("Claim(%q, %q) of the event recorded at %s: fresh %v, %v", c.source, c.id, c.key, fresh, err)
 		}
 	}
 }
