@@ -90,7 +90,7 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 			if err != nil {
 				return nil, err
 			}
-			outcome, err := json.Marshal(res)
+			outcome, err := marshalResult(res)
 			if err != nil {
 				return nil, fmt.Errorf("ingest: encode the result of event %s: %w", e.ID(), err)
 			}
