@@ -292,14 +292,23 @@ func (d *jsonDecoder) objectIn(depth int, p *DataPaths) (any, error) {
 			return nil, d.errorf("want ':' after an object key")
 		}
 		d.i++
-		d.space()
-		v, err := d.valueIn(depth, child)
-		if err != nil {
-			return nil, err
+		if d.i < len(d.b) && d.b[d.i] == ' ' {
+			d.i++
 		}
-		if child != nil {
+		d.space()
+		if child == nil && depth <= maxJSONDepth-fastLevels {
+			// A member no path reads, as skip would take it.
+			if end, ok := skipFast(d.b, d.i); ok {
+				d.i = end
+				goto next
+			}
+		}
+		if v, err := d.valueIn(depth, child); err != nil {
+			return nil, err
+		} else if child != nil {
 			m[k] = v
 		}
+	next:
 		d.space()
 		if d.i >= len(d.b) {
 			return nil, d.errorf("unexpected end of JSON input")
@@ -349,20 +358,25 @@ const (
 // stringEnd returns the index, from j on, of the first byte of b that
 // ends a run of a string's plain bytes: a quote, a backslash, a control
 // character and, when ascii, a byte past ASCII; len(b) when there is
-// none. It reads eight bytes at a time. A word holds such a byte exactly
-// when a lane's high bit is set in mask, and the lowest lane set is the
-// first such byte: a subtraction's borrow starts only at a lane that
-// holds one and reaches only the lanes above it.
+// none. It reads eight bytes at a time, a word holding such a byte
+// exactly when stops sets a lane's high bit.
 func stringEnd(b []byte, j int, ascii bool) int {
-	for ; j+8 <= len(b); j += 8 {
-		x := binary.LittleEndian.Uint64(b[j:])
-		q, bs := x^(lanes*'"'), x^(lanes*'\\')
-		mask := (x-lanes*0x20)&^x | (q-lanes)&^q | (bs-lanes)&^bs
-		if ascii {
-			mask |= x
+	if j < 0 || j > len(b) {
+		return j
+	}
+	if ascii {
+		for ; j < len(b)-7; j += 8 {
+			x := binary.LittleEndian.Uint64(b[j : j+8])
+			if m := stops(x) | x&highBits; m != 0 {
+				return j + bits.TrailingZeros64(m)/8
+			}
 		}
-		if mask &= highBits; mask != 0 {
-			return j + bits.TrailingZeros64(mask)/8
+	} else {
+		for ; j < len(b)-7; j += 8 {
+			x := binary.LittleEndian.Uint64(b[j : j+8])
+			if m := stops(x) &^ x; m != 0 {
+				return j + bits.TrailingZeros64(m)/8
+			}
 		}
 	}
 	for ; j < len(b); j++ {
@@ -373,24 +387,230 @@ func stringEnd(b []byte, j int, ascii bool) int {
 	return j
 }
 
+// stops sets, of the lanes of word x that hold a byte below 0x80, the
+// high bit of the lowest that holds a quote, a backslash or a control
+// character, if any, and maybe of lanes above it, of no other: the lane
+// of a stop is the lowest one set in stops(x) &^ x. A lane of y = x^0x02
+// is below 0x21 exactly where x holds a control character or a quote
+// (the xor keeps 0x00-0x1f among themselves and swaps 0x20 with 0x22),
+// and a lane of z = x^'\\' is below 0x01 exactly at a backslash. Where
+// v >= n a lane of v-n has its high bit set only if v >= 0x80+n, and so x
+// >= 0x80 (x, y and z share their high bits), unless a borrow reached
+// it; a borrow starts only at a lane where v < n, setting its high bit,
+// and reaches only the lanes above it.
+func stops(x uint64) uint64 {
+	y, z := x^(lanes*0x02), x^(lanes*'\\')
+	return ((y - lanes*0x21) | (z - lanes)) & highBits
+}
+
 // skipSpace returns the index of the first byte of b from i on that is
-// not JSON space.
+// not JSON space. The blanks after a blank or a new line, what
+// pretty-printed JSON indents by, it passes a word at a time: a word xor
+// eight blanks is zero in their lanes.
 func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace[b[i]] {
-		i++
+	if i < 0 {
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\n':
+			j := i + 1
+			for ; j < len(b)-7; j += 8 {
+				if y := binary.LittleEndian.Uint64(b[j:j+8]) ^ (lanes * ' '); y != 0 {
+					j += bits.TrailingZeros64(y) / 8
+					break
+				}
+			}
+			for j < len(b) && b[j] == ' ' {
+				j++
+			}
+			i = j
+		case '\t', '\r':
+			i++
+		default:
+			return i
+		}
 	}
 	return i
 }
 
-var isSpace = [256]bool{' ': true, '\n': true, '\t': true, '\r': true}
-
 // skip checks the value at d.i as value would and moves past it,
-// building nothing, with value's errors. It walks nested containers in
+// building nothing, with value's errors. Most values skipFast takes; what
+// it does not (an error, nesting past its stack) skipChecked walks again
+// from the start, to say what is wrong where, or to take it.
+func (d *jsonDecoder) skip(depth int) error {
+	if depth <= maxJSONDepth-fastLevels {
+		if end, ok := skipFast(d.b, d.i); ok {
+			d.i = end
+			return nil
+		}
+	}
+	return d.skipChecked(depth)
+}
+
+// fastLevels is how many levels of nesting skipFast keeps: the bits of a
+// word but its marker.
+const fastLevels = 63
+
+// skipFast returns the index past the value at b[i] when skip would take
+// it and it is nested at most fastLevels deep, and false otherwise, for
+// skipChecked to say why. Its stack of open containers is one word: a
+// marker bit above one bit a level, set for an object, the innermost
+// lowest. It keeps nothing else across a value, so that the walk's
+// variables stay in registers, and it reads a string's plain bytes a
+// word at a time here rather than in a call.
+func skipFast(b []byte, i int) (int, bool) {
+	if i < 0 {
+		return 0, false
+	}
+	stk := uint64(1)
+	var c byte
+	var j int
+value:
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c = b[i]; c {
+	case '"':
+		for j = i + 1; j < len(b)-7; j += 8 {
+			x := binary.LittleEndian.Uint64(b[j : j+8])
+			if m := stops(x) &^ x; m != 0 {
+				j += bits.TrailingZeros64(m) / 8
+				break
+			}
+		}
+		// j is at the first stop, or where the last bytes begin.
+		if j < len(b) && b[j] == '"' {
+			i = j + 1
+		} else if i = skipStr(b, i); i < 0 {
+			return 0, false
+		}
+	case '{', '[':
+		if stk >= 1<<fastLevels {
+			return 0, false
+		}
+		stk <<= 1
+		i++
+		if i < len(b) && b[i] <= ' ' {
+			i = skipSpace(b, i)
+		}
+		if c == '{' {
+			stk |= 1
+			if i < len(b) && b[i] == '}' {
+				i++
+				stk >>= 1
+				break
+			}
+			goto key
+		}
+		if i < len(b) && b[i] == ']' {
+			i++
+			stk >>= 1
+			break
+		}
+		goto value
+	case 't':
+		if len(b)-i < 4 || binary.LittleEndian.Uint32(b[i:]) != 't'|'r'<<8|'u'<<16|'e'<<24 {
+			return 0, false
+		}
+		i += 4
+	case 'f':
+		if len(b)-i < 5 || binary.LittleEndian.Uint32(b[i+1:]) != 'a'|'l'<<8|'s'<<16|'e'<<24 {
+			return 0, false
+		}
+		i += 5
+	case 'n':
+		if len(b)-i < 4 || binary.LittleEndian.Uint32(b[i:]) != 'n'|'u'<<8|'l'<<16|'l'<<24 {
+			return 0, false
+		}
+		i += 4
+	default:
+		var err string
+		if c != '-' && c-'0' > 9 {
+			return 0, false
+		}
+		if i, err = skipNumber(b, i); err != "" {
+			return 0, false
+		}
+	}
+next:
+	// A value ended: what follows it in the container it is in.
+	if stk == 1 {
+		return i, true
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c = b[i]; {
+	case c == ',':
+		i++
+		if i < len(b) && b[i] <= ' ' {
+			i = skipSpace(b, i)
+		}
+		if stk&1 == 0 {
+			goto value
+		}
+	case c == '}' && stk&1 != 0, c == ']' && stk&1 == 0:
+		i++
+		stk >>= 1
+		goto next
+	default:
+		return 0, false
+	}
+key:
+	// In an object, after '{' or ',' and space: a key, ':', space.
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for j = i + 1; j < len(b)-7; j += 8 {
+		x := binary.LittleEndian.Uint64(b[j : j+8])
+		if m := stops(x) &^ x; m != 0 {
+			j += bits.TrailingZeros64(m) / 8
+			break
+		}
+	}
+	if j < len(b) && b[j] == '"' {
+		i = j + 1
+	} else if i = skipStr(b, i); i < 0 {
+		return 0, false
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	if i >= len(b) || b[i] != ':' {
+		return 0, false
+	}
+	i++
+	if i < len(b) && b[i] == ' ' {
+		i++
+	}
+	if i < len(b) && b[i] <= ' ' {
+		i = skipSpace(b, i)
+	}
+	goto value
+}
+
+// skipStr returns the index past the string whose opening quote is at
+// b[i], -1 if skipStringAt refuses it.
+func skipStr(b []byte, i int) int {
+	if j := stringEnd(b, i+1, false); j < len(b) && b[j] == '"' {
+		return j + 1
+	}
+	if j, err := skipStringAt(b, i); err == "" {
+		return j
+	}
+	return -1
+}
+
+// skipChecked is skip's walk that says what is wrong where. It walks nested containers in
 // one loop, keeping of each open one only whether it is an object:
 // level k counts from the skipped value (level 0) inward, its bit is
 // bit k of open below 64 and bit k%64 of more[k/64-1] from 64 on. depth
 // is the nesting the value is in; the limit counts it with the levels.
-func (d *jsonDecoder) skip(depth int) error {
+func (d *jsonDecoder) skipChecked(depth int) error {
 	b := d.b
 	i := d.i
 	var (

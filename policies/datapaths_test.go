@@ -1,10 +1,12 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -307,6 +309,47 @@ func sameSkip(t *testing.T, raw []byte) {
 	if valid := json.Valid(raw); (err == nil) != valid {
 		t.Fatalf("%.200q: skip error %v, json.Valid %v", raw, err, valid)
 	}
+	sameFast(t, raw)
+}
+
+// sameFast holds skipFast to skipChecked on the value at the start of raw
+// (after space): it takes what skipChecked takes nested at most
+// fastLevels deep, ending where it ends, and nothing else.
+func sameFast(t *testing.T, raw []byte) {
+	t.Helper()
+	c := jsonDecoder{b: raw}
+	c.space()
+	start := c.i
+	err := c.skipChecked(0)
+	end, ok := skipFast(raw, start)
+	switch {
+	case ok && err != nil:
+		t.Fatalf("%.200q: skipFast takes it, to %d; skipChecked: %v", raw, end, err)
+	case ok && end != c.i:
+		t.Fatalf("%.200q: skipFast ends at %d, skipChecked at %d", raw, end, c.i)
+	case !ok && err == nil && nesting(raw[start:c.i]) <= fastLevels:
+		t.Fatalf("%.200q: skipFast refuses a value nested %d deep that skipChecked takes", raw, nesting(raw[start:c.i]))
+	}
+}
+
+// nesting is how deep the containers of the valid JSON value v nest.
+func nesting(v []byte) int {
+	deepest, n, in := 0, 0, false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case in:
+		case c == '{' || c == '[':
+			n++
+			deepest = max(deepest, n)
+		case c == '}' || c == ']':
+			n--
+		}
+	}
+	return deepest
 }
 
 // TestSkipNesting holds skip to json.Valid on containers nested around
@@ -406,4 +449,129 @@ func FuzzSkipJSON(f *testing.F) {
 		}
 		sameSkip(t, raw)
 	})
+}
+
+// wordBytes are the bytes where a word-at-a-time scan can go wrong: the
+// stops, their neighbours (where a borrow or an xor lands), blanks and
+// other space, the bytes either side of ASCII's end.
+var wordBytes = []byte{0x00, 0x01, 0x09, 0x0a, 0x0d, 0x1f, ' ', '!', '"', '#', '\\', ']', 'a', 0x7f, 0x80, 0xa1, 0xa2, 0xdc, 0xff}
+
+// TestStringEndWords holds stringEnd to a byte-by-byte scan on strings
+// of up to 24 bytes drawn from wordBytes, from every start up to a word
+// in: every mix of stops in two words and the bytes after them.
+func TestStringEndWords(t *testing.T) {
+	ends := func(c byte, ascii bool) bool { return c == '"' || c == '\\' || c < 0x20 || ascii && c >= 0x80 }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		b := make([]byte, rng.IntN(25))
+		for k := range b {
+			if rng.IntN(3) == 0 {
+				b[k] = wordBytes[rng.IntN(len(wordBytes))]
+			} else {
+				b[k] = 'a'
+			}
+		}
+		j := min(rng.IntN(9), len(b))
+		for _, ascii := range []bool{true, false} {
+			want := len(b)
+			for k := j; k < len(b); k++ {
+				if ends(b[k], ascii) {
+					want = k
+					break
+				}
+			}
+			if got := stringEnd(b, j, ascii); got != want {
+				t.Fatalf("stringEnd(%q, %d, ascii %v) = %d, first end at %d", b, j, ascii, got, want)
+			}
+		}
+	}
+}
+
+// TestSkipSpace holds skipSpace to a byte-by-byte scan on runs of blanks
+// of every length up to three words after a new line, a blank, a tab or
+// nothing, ended by each of wordBytes or by the end of the input.
+func TestSkipSpace(t *testing.T) {
+	for _, lead := range []string{"", "\n", " ", "\t", "\r\n", "\n\t"} {
+		for n := range 26 {
+			for _, end := range append([]byte{0}, wordBytes...) {
+				for _, tail := range []bool{false, true} {
+					b := []byte("x" + lead + strings.Repeat(" ", n))
+					if tail {
+						b = append(b, end, 'y')
+					}
+					want := 1
+					for want < len(b) && (b[want] == ' ' || b[want] == '\n' || b[want] == '\t' || b[want] == '\r') {
+						want++
+					}
+					if got := skipSpace(b, 1); got != want {
+						t.Fatalf("skipSpace(%q, 1) = %d, want %d", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSkipWordBoundaries holds skip and ParseJSONPaths to json.Valid and
+// ParseJSON where a string's stops fall at every offset of a word: a
+// quote, runs of backslashes that escape a quote or a backslash across a
+// word's end, a control or invalid byte, space of every length before a
+// key or a value, each at every shift from the document's start.
+func TestSkipWordBoundaries(t *testing.T) {
+	var docs []string
+	for shift := range 9 {
+		pad := strings.Repeat("p", shift)
+		for n := range 18 {
+			run := strings.Repeat(`\`, n)
+			for _, in := range []string{
+				`{"k":"` + pad + run + `"}`,
+				`{"k":"` + pad + run + `", "a": 1}`,
+				`["` + pad + run + `"x"]`,
+				`{"` + pad + run + `":{"a":[1,"` + run + `"]},"a":"` + pad + `"}`,
+				`{"a":{"` + pad + `\u00e9` + run + `":2},"c":{"d":"` + run + pad + `"}}`,
+				`{"k":"` + pad + "\x1f" + run + `"}`,
+				`{"k":"` + pad + "\xff\xfe" + run + `"}`,
+				`{"k":"` + pad + run + "\n" + `"}`,
+				"{\n" + strings.Repeat(" ", n) + `"` + pad + `":` + strings.Repeat(" ", shift) + `[` + strings.Repeat(" ", n) + `1]}`,
+				"{\n" + strings.Repeat(" ", n) + "\t" + `"a":` + "\r\n" + strings.Repeat(" ", n) + `"` + pad + `"` + strings.Repeat(" ", n) + "\n}",
+				"{\n" + strings.Repeat(" ", n) + "\x01" + `"a": 1}`,
+				`{"q":{"k":[` + pad + strings.Repeat(" ", n) + `null ,true,false,-0.5e3` + strings.Repeat(" ", n) + `]}}`,
+			} {
+				docs = append(docs, in)
+			}
+		}
+	}
+	for _, doc := range docs {
+		sameSkip(t, []byte(doc))
+		samePruned(t, []byte(doc))
+	}
+}
+
+// TestSkipTruncated holds skip and ParseJSONPaths to json.Valid and
+// ParseJSON on the GitHub fixtures cut short, and with their last byte
+// changed to a control character, at every 11th offset of the pull
+// request's and every 101st of the others' (every offset of every
+// fixture takes minutes).
+func TestSkipTruncated(t *testing.T) {
+	fixtures := githubFixtures(t)
+	paths := pathSets[len(pathSets)-3]
+	for name, raw := range fixtures {
+		step := 101
+		if name == "ingest/testdata/github/pull_request/opened.payload.json" {
+			step = 11
+		}
+		for n := 0; n < len(raw); n += step {
+			sameFast(t, raw[:n])
+			cut := bytes.Clone(raw[:n+1])
+			cut[n] = '\x01'
+			sameFast(t, cut)
+		}
+		for n := 0; n < len(raw); n += 499 {
+			samePruned(t, raw[:n])
+			_, ferr := ParseJSON(raw[:n])
+			if _, err := ParseJSONPaths(raw[:n], paths); fmt.Sprint(err) != fmt.Sprint(ferr) {
+				t.Fatalf("%s cut at %d: error %v, ParseJSON's %v", name, n, err, ferr)
+			}
+		}
+	}
 }
