@@ -178,9 +178,12 @@ func auditMessage(names streams.Names, e event.Event, agent string, rec Record) 
 	if err != nil {
 		return nil, fmt.Errorf("admission: audit subject for %q: %w", agent, err)
 	}
-	body, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("admission: encode audit record: %w", err)
+	body, ok := appendRecord(make([]byte, 0, 256), &rec)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(rec); err != nil {
+			return nil, fmt.Errorf("admission: encode audit record: %w", err)
+		}
 	}
 	m := nats.NewMsg(subject)
 	m.Data = body
