@@ -167,6 +167,41 @@ func TestCostLimitStillStopsLoopFreeRules(t *testing.T) {
 	}
 }
 
+// TestCostLimitStillStopsOverLargeAttributes: the sizes of the event's
+// attributes and extensions bound its cost as the data's do: a rule
+// without a comprehension over an attribute or an extension long enough
+// to pass the limit, of an event whose data is small or unread, still
+// stops at the cost limit.
+func TestCostLimitStillStopsOverLargeAttributes(t *testing.T) {
+	long := strings.Repeat("a", 600_000)
+	for field, set := range map[string]func(*event.Event){
+		"id":                  func(e *event.Event) { e.SetID(long) },
+		"type":                func(e *event.Event) { e.SetType(long) },
+		"subject":             func(e *event.Event) { e.SetSubject(long) },
+		"extensions.jlsender": func(e *event.Event) { e.SetExtension("jlsender", long) },
+	} {
+		src := fmt.Sprintf(`(event.%s + "") + (event.%s + "") != ""`, field, field)
+		x, err := compileExpr(src, condOverEvent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.fast == nil || x.cheapUpTo >= uint64(len(long)) {
+			t.Fatalf("%s: without the tracker up to %d (planned %v)", src, x.cheapUpTo, x.fast != nil)
+		}
+		e := costEvent("t", `{"s":"ab"}`)
+		set(&e)
+		for _, data := range []bool{false, true} {
+			vars, err := NewEventData(e).Vars(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := x.EvalBool(context.Background(), vars); err == nil || !strings.Contains(err.Error(), "cost limit") {
+				t.Errorf("%s with data %v: %v, %.100v; want the cost limit", src, data, ok, err)
+			}
+		}
+	}
+}
+
 // TestInputBoundOfReceiverData: data a receiver decoded is bounded by
 // what it holds, not by the event's bytes, and a value of a type no
 // decoder makes leaves the event without a bound that makes it cheap.
