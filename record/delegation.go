@@ -25,8 +25,15 @@ import (
 // delegate call of step, with a create-only write, and returns the event
 // the step publishes: event, or the one stored first (by an earlier
 // attempt, or by another worker that made the same step), which wins.
+// An event the server's max payload cannot hold is refused with
+// ErrTooLarge, and not stored.
 func (s *Store) ReserveDelegation(ctx context.Context, parent streams.SessionRef, step uint64, event []byte) ([]byte, error) {
 	key := s.names.DelegationKey(parent, step)
+	if maxPayload := int(s.nc.MaxPayload()); len(event) > maxPayload-1024 {
+		// The write would fail every time it is made: the event cannot
+		// be stored, so it is never published.
+		return nil, fmt.Errorf("record: the delegate event of step %d of %s is %d bytes, over the server's max payload %d: %w", step, parent, len(event), maxPayload, ErrTooLarge)
+	}
 	_, err := s.kv.Create(ctx, key, event)
 	if err == nil {
 		return event, nil

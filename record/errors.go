@@ -10,4 +10,7 @@ var (
 	ErrFenced = errors.New("session state changed under this worker (fenced)")
 	// ErrNotFound: the session has no state.
 	ErrNotFound = errors.New("session not found")
+	// ErrTooLarge: a value is larger than the server's max payload lets
+	// a write hold; written again, it would be refused again.
+	ErrTooLarge = errors.New("larger than the server's max payload")
 )

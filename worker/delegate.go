@@ -138,7 +138,11 @@ func (s *session) startChild(ctx context.Context, call record.CallRef, step uint
 		if err != nil || refusal != "" {
 			return "", refusal, err
 		}
-		if stored, err = s.w.store.ReserveDelegation(ctx, s.r.ref, step, made); err != nil {
+		if stored, err = s.w.store.ReserveDelegation(ctx, s.r.ref, step, made); errors.Is(err, record.ErrTooLarge) {
+			// Never stored, so never published: made again, it would be
+			// as large.
+			return "", fmt.Sprintf("delegate to %s: %v", d.Agent, err), nil
+		} else if err != nil {
 			return "", "", err
 		}
 	} else {

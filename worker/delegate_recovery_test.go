@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
@@ -329,5 +332,55 @@ func TestDelegateAnswerTwiceIsCountedOnce(t *testing.T) {
 		if en.Kind == record.KindSystem && strings.Contains(en.Text, "late answer") {
 			t.Fatalf("the answer again was taken as a late answer: %+v", en)
 		}
+	}
+}
+
+// A delegate event the server's max payload cannot hold (its inputs
+// inline, their text several times its size once JSON escapes it) cannot
+// be stored before its first publish: the call is answered with why at
+// its first attempt, not left to recovery, which would make it as large
+// again until its attempts ran out.
+func TestDelegateEventOverMaxPayloadIsRefused(t *testing.T) {
+	srv := natstest.RunServer(t, func(c *natsd.Config) { c.MaxPayload = 256 << 10 })
+	_, js := natstest.Connect(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := streams.Provision(ctx, js, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{url: srv.ClientURL(), js: js, names: streams.Default()}
+	work := t.TempDir()
+	dir := filepath.Join(work, "lead", "s1")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// Six files of 16 KiB, each inline, each 96 KiB in the event.
+	inputs := map[string]any{}
+	for i := range 6 {
+		name := fmt.Sprintf("page%d.html", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Repeat("<", 16<<10)), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		inputs[fmt.Sprintf("page%d", i)] = map[string]any{"file": name}
+	}
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"},
+		Model: scripted(
+			policies.ScriptEntry{Text: "Delegating.", ToolCalls: []policies.ScriptToolCall{delegateCall("helper", "read them", inputs, nil)}},
+			policies.ScriptEntry{Text: "Lead done."})}
+	helper := policies.Definition{Name: "helper", Reads: []string{"task", "page0", "page1", "page2", "page3", "page4", "page5"},
+		Model: scripted(policies.ScriptEntry{Text: "Read."})}
+	d := defs{"lead": lead, "helper": helper}
+	e.start(t, worker.Config{Definitions: d, Tools: builtinTools(t, "delegate"), Agents: []string{"lead", "helper"},
+		Admit: admitWith(t, e, d), WorkDir: work})
+	ref := e.ref(t, "lead", "s1")
+	e.send(t, ref, "go")
+	tr := e.waitStatus(t, ref, record.StatusDone)
+	checkCalls(t, tr)
+	res := delegateResults(tr)
+	if len(res) != 1 || !res[0].IsError || !strings.Contains(res[0].Result, "over the server's max payload 262144") || res[0].Attempt != 0 {
+		t.Fatalf("the delegate call's result %+v, want the event refused as too large, at the first attempt", res)
+	}
+	if n := held(t, e, e.names.In(childRef(t, e, "helper", ref, "call_0_0"))); n != 0 {
+		t.Fatalf("%d delegate events for the child, want none", n)
 	}
 }
