@@ -55,14 +55,14 @@ func (s *Store) ReserveDelegation(ctx context.Context, parent streams.SessionRef
 
 // Delegation returns the delegate event stored for parent's delegate
 // call of step (ReserveDelegation), nil when none is: then none was
-// published.
+// published. It reads the stream's leader, as Stored does: the event
+// was written after the state its reader loaded, so a replica behind
+// it (which may answer a direct get) would say none is, and recovery
+// would make the delegation again.
 func (s *Store) Delegation(ctx context.Context, parent streams.SessionRef, step uint64) ([]byte, error) {
-	e, err := s.kv.Get(ctx, s.names.DelegationKey(parent, step))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
+	data, _, ok, err := s.leaderValue(ctx, s.names.DelegationKey(parent, step), fmt.Sprintf("the delegate event of step %d of %s", step, parent))
+	if err != nil || !ok {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("record: read the delegate event of step %d of %s: %w", step, parent, err)
-	}
-	return e.Value(), nil
+	return data, nil
 }

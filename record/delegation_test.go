@@ -3,10 +3,13 @@ package record
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Workers that make the delegate event of one step at once (a stale one
@@ -47,5 +50,35 @@ func TestReserveDelegationOneWins(t *testing.T) {
 	other, err := s.ReserveDelegation(ctx, parent, 5, []byte(`{"budget":99}`))
 	if err != nil || string(other) != `{"budget":99}` {
 		t.Fatalf("another step's event: %q, %v", other, err)
+	}
+}
+
+// A successor whose direct gets of the step's key are answered by a
+// replica without the stored event (a direct get may be served by any
+// replica) still finds the event: recovery would otherwise take the
+// delegation for one never published and make it again, judging it
+// anew against what the run has left. A create-only write that loses to
+// it is answered with it too.
+func TestDelegationReadBehindTheLeader(t *testing.T) {
+	s, parent := testStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := []byte(`{"budget":500}`)
+	if _, err := s.ReserveDelegation(ctx, parent, 2, first); err != nil {
+		t.Fatal(err)
+	}
+	successor, err := Open(ctx, s.js, s.names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	successor.kv = behindKV{KeyValue: successor.kv, key: s.names.DelegationKey(parent, 2)}
+	if _, err := successor.kv.Get(ctx, s.names.DelegationKey(parent, 2)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the replica behind answers %v, want no key", err)
+	}
+	if got, err := successor.Delegation(ctx, parent, 2); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("the successor finds %q, %v: want the stored %q", got, err, first)
+	}
+	if got, err := successor.ReserveDelegation(ctx, parent, 2, []byte(`{"budget":50}`)); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("the successor's own event is answered with %q, %v: want the stored %q", got, err, first)
 	}
 }

@@ -357,18 +357,34 @@ func (s *Store) Stored(ctx context.Context, ref streams.SessionRef, p Intent) ([
 // server went down, say) no read is answered: the read is made again,
 // with the writes' backoff, for up to storedRetry.
 func (s *Store) entry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
+	what := fmt.Sprintf("entry %d of %s", id, ref)
+	data, seq, ok, err := s.leaderValue(ctx, s.names.LogKey(ref, id), what)
+	if err != nil || !ok {
+		return Entry{}, false, err
+	}
+	var e Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return Entry{}, false, fmt.Errorf("record: decode %s (revision %s): %w", what, strconv.FormatUint(seq, 10), err)
+	}
+	return e, true, nil
+}
+
+// leaderValue reads the value of key from the stream's leader (what
+// names it in errors), made again while no leader answers (entry): ok
+// is false when the key holds nothing.
+func (s *Store) leaderValue(ctx context.Context, key, what string) (data []byte, seq uint64, ok bool, err error) {
 	delay := writeRetryFirst
 	deadline := time.Now().Add(storedRetry)
 	for {
-		e, ok, err := s.leaderEntry(ctx, ref, id)
+		data, seq, ok, err := s.leaderRead(ctx, key, what)
 		if err == nil || !leaderless(err) || ctx.Err() != nil {
-			return e, ok, err
+			return data, seq, ok, err
 		}
 		if time.Now().After(deadline) {
-			return Entry{}, false, fmt.Errorf("%w (no leader answered for %s)", err, storedRetry)
+			return nil, 0, false, fmt.Errorf("%w (no leader answered for %s)", err, storedRetry)
 		}
 		if err := sleep(ctx, jitter(delay)); err != nil {
-			return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+			return nil, 0, false, fmt.Errorf("record: read %s: %w", what, err)
 		}
 		delay = min(2*delay, writeRetryMax)
 	}
@@ -387,20 +403,20 @@ func leaderless(err error) bool {
 		errors.As(err, &apiErr) && apiErr.Code == 503
 }
 
-// leaderEntry is one read of entry's.
-func (s *Store) leaderEntry(ctx context.Context, ref streams.SessionRef, id uint64) (Entry, bool, error) {
+// leaderRead is one read of leaderValue's.
+func (s *Store) leaderRead(ctx context.Context, key, what string) ([]byte, uint64, bool, error) {
 	gctx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 	defer cancel()
-	subject := streams.KVSubject(s.bucket, s.names.LogKey(ref, id))
+	subject := streams.KVSubject(s.bucket, key)
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+		return nil, 0, false, fmt.Errorf("record: read %s: %w", what, err)
 	}
 	resp, err := s.nc.RequestWithContext(gctx, "$JS.API.STREAM.MSG.GET."+streams.KVStream(s.bucket), req)
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, err)
+		return nil, 0, false, fmt.Errorf("record: read %s: %w", what, err)
 	}
 	var got struct {
 		Message *struct {
@@ -411,29 +427,25 @@ func (s *Store) leaderEntry(ctx context.Context, ref streams.SessionRef, id uint
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Data, &got); err != nil {
-		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: bad answer %q: %w", id, ref, resp.Data, err)
+		return nil, 0, false, fmt.Errorf("record: read %s: bad answer %q: %w", what, resp.Data, err)
 	}
 	switch {
 	case got.Error != nil && got.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return Entry{}, false, nil
+		return nil, 0, false, nil
 	case got.Error != nil:
-		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: %w", id, ref, got.Error)
+		return nil, 0, false, fmt.Errorf("record: read %s: %w", what, got.Error)
 	case got.Message == nil:
-		return Entry{}, false, fmt.Errorf("record: read entry %d of %s: answer %q holds no message", id, ref, resp.Data)
+		return nil, 0, false, fmt.Errorf("record: read %s: answer %q holds no message", what, resp.Data)
 	}
 	if len(got.Message.Header) > 0 {
 		h, err := nats.DecodeHeadersMsg(got.Message.Header)
 		if err != nil {
-			return Entry{}, false, fmt.Errorf("record: read entry %d of %s (revision %d): headers: %w", id, ref, got.Message.Seq, err)
+			return nil, 0, false, fmt.Errorf("record: read %s (revision %d): headers: %w", what, got.Message.Seq, err)
 		}
 		if h.Get("KV-Operation") != "" {
-			// A delete or purge marker: the id holds nothing.
-			return Entry{}, false, nil
+			// A delete or purge marker: the key holds nothing.
+			return nil, 0, false, nil
 		}
 	}
-	var e Entry
-	if err := json.Unmarshal(got.Message.Data, &e); err != nil {
-		return Entry{}, false, fmt.Errorf("record: decode entry %d of %s (revision %s): %w", id, ref, strconv.FormatUint(got.Message.Seq, 10), err)
-	}
-	return e, true, nil
+	return got.Message.Data, got.Message.Seq, true, nil
 }

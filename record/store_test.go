@@ -590,7 +590,8 @@ func adoptionBehind(t *testing.T, pick func(older, stored Entry) Entry) {
 }
 
 // behindKV answers Get of key with stale, as a replica that has not yet
-// applied the key's latest write.
+// applied the key's latest write: with no key when stale is nil (the
+// replica has not applied its first).
 type behindKV struct {
 	jetstream.KeyValue
 	key   string
@@ -598,6 +599,9 @@ type behindKV struct {
 }
 
 func (b behindKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == b.key && b.stale == nil {
+		return nil, jetstream.ErrKeyNotFound
+	}
 	if key == b.key {
 		return b.stale, nil
 	}
