@@ -260,7 +260,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if est, err := env.EstimateCost(checked, emptyInputs{}); err == nil && est.Max > CostLimit {
 		return nil, &exprError{msg: fmt.Sprintf("CEL: estimated cost up to %d exceeds the limit of %d even on an empty input; simplify the rule", est.Max, CostLimit)}
 	}
-	prg, err := env.Program(checked,
+	prg, err := program(env, checked,
 		cel.CostLimit(CostLimit),
 		cel.InterruptCheckFrequency(interruptEvery),
 		cel.EvalOptions(cel.OptOptimize))
@@ -269,7 +269,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	}
 	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked), root: checked.NativeRep().Expr()}
 	if n, ok := maxCheapInput(x.root, cheapInputLimit); ok && !x.loops && kind != condOverTool {
-		if x.fast, err = env.Program(checked, cel.EvalOptions(cel.OptOptimize)); err != nil {
+		if x.fast, err = program(env, checked, cel.EvalOptions(cel.OptOptimize)); err != nil {
 			return nil, &exprError{msg: "CEL: " + err.Error()}
 		}
 		x.cheapUpTo = n
@@ -281,6 +281,19 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 		x.dataPaths = eventDataPaths(checked)
 	}
 	return x, nil
+}
+
+// program plans checked. A panic of the planner, which builds literal
+// maps and lists when it plans them (a map literal with a bytes key, which
+// the checker lets through, panics cel-go's), is an error of the
+// expression, not of the process loading it.
+func program(env *cel.Env, checked *cel.Ast, opts ...cel.ProgramOption) (prg cel.Program, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			prg, err = nil, fmt.Errorf("cannot plan the expression: %v", r)
+		}
+	}()
+	return env.Program(checked, opts...)
 }
 
 // emptyInputs estimates every input whose size CEL cannot know (strings,

@@ -136,3 +136,16 @@ func TestCostLimitStopsExhaustion(t *testing.T) {
 		})
 	}
 }
+
+// TestMapLiteralWithBytesKeyIsRefused: a map literal keyed by bytes, which
+// the checker accepts and cel-go's planner panics on, is refused as the
+// rule's error when its definition is loaded, not a panic of the process
+// loading it.
+func TestMapLiteralWithBytesKeyIsRefused(t *testing.T) {
+	y := "name: a\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: 'size({b\"k\": 1}) > 0'\n"
+	_, err := policies.Parse("agent.yaml", []byte(y))
+	if !errors.Is(err, policies.ErrInvalid) || !strings.Contains(err.Error(), "cannot plan") {
+		t.Fatalf("got %v, want ErrInvalid for the map literal", err)
+	}
+	t.Log(err)
+}
