@@ -575,3 +575,63 @@ func TestSkipTruncated(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipFastEnds holds skip and ParseJSONPaths to json.Valid and
+// ParseJSON where the input ends in a string, a key or space of every
+// length, so that a word read near the end would pass len: each input
+// is a slice whose capacity is its length, read past which would panic.
+func TestSkipFastEnds(t *testing.T) {
+	exact := func(s string) []byte { return []byte(s)[:len(s):len(s)] }
+	for n := range 26 {
+		run := strings.Repeat("a", n)
+		for _, doc := range []string{
+			`"` + run, `"` + run + `"`, `"` + run + `\`, `"` + run + `\"`,
+			`["` + run, `["` + run + `"`, `["` + run + `"]`,
+			`{"` + run, `{"` + run + `"`, `{"` + run + `":`, `{"` + run + `":"` + run,
+			`{"k":"` + run, `{"k":["` + run, `{"k":{"` + run, `{"k":{"k":"` + run + `"}`,
+			`{"q":{"k":{"z":"` + run, `{"q":{"k":{"z":"` + run + `"}}}`,
+			`[1` + strings.Repeat(" ", n), `{"k":` + strings.Repeat(" ", n), "{\n" + strings.Repeat(" ", n),
+		} {
+			sameSkip(t, exact(doc))
+			samePruned(t, exact(doc))
+		}
+	}
+}
+
+// TestSkipFastSyntax holds skip and ParseJSONPaths to json.Valid and
+// ParseJSON on what is wrong between a key and its value or between
+// members, where skipFast reads its punctuation itself.
+func TestSkipFastSyntax(t *testing.T) {
+	for _, member := range []string{
+		`{"a",1}`, `{"a"x1}`, `{"a";1}`, `{"a" ,1}`, `{"a"1}`, `{"a"}`, `{"a":}`, `{"a"::1}`,
+		`{"a":1:2}`, `{"a":1 "b":2}`, `{"a":1,}`, `{,"a":1}`, `{1:1}`, `{"a":1]`, `[1}`, `[1:2]`, `[1,,2]`,
+		`{"a":[1,{"b",2}]}`, `{"a":[1,{"b"x2}]}`, `{"a":{"b"}}`,
+	} {
+		for _, doc := range []string{member, `{"q":` + member + `}`, `{"q":{"k":{"k":` + member + `}}}`} {
+			sameSkip(t, []byte(doc))
+			samePruned(t, []byte(doc))
+		}
+	}
+}
+
+// TestSkipDeepPath holds ParseJSONPaths to ParseJSON on a member no path
+// reads nested 62 to 64 deep inside objects on a path nested so deep that
+// the two together reach the deepest nesting taken, and one past it.
+func TestSkipDeepPath(t *testing.T) {
+	for _, m := range []int{maxJSONDepth - fastLevels - 2, maxJSONDepth - fastLevels - 1, maxJSONDepth - fastLevels, maxJSONDepth - fastLevels + 1, maxJSONDepth - fastLevels + 2} {
+		p := &DataPaths{}
+		p.Add(append(slices.Repeat([]string{"k"}, m-1), "x")...)
+		for _, levels := range []int{fastLevels - 1, fastLevels, fastLevels + 1} {
+			skipped := strings.Repeat("[", levels) + strings.Repeat("]", levels)
+			raw := []byte(strings.Repeat(`{"k":`, m-1) + `{"z":` + skipped + `,"x":1}` + strings.Repeat("}", m-1))
+			full, ferr := ParseJSON(raw)
+			got, err := ParseJSONPaths(raw, p)
+			if fmt.Sprint(err) != fmt.Sprint(ferr) {
+				t.Fatalf("%d levels skipped %d objects deep: error %v, ParseJSON's %v", levels, m, err, ferr)
+			}
+			if err == nil && !reflect.DeepEqual(got, prune(full, p)) {
+				t.Fatalf("%d levels skipped %d objects deep: not what ParseJSON keeps", levels, m)
+			}
+		}
+	}
+}
