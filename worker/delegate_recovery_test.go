@@ -384,3 +384,66 @@ func TestDelegateEventOverMaxPayloadIsRefused(t *testing.T) {
 		t.Fatalf("%d delegate events for the child, want none", n)
 	}
 }
+
+// The second delegate call of a run is interrupted after its publish;
+// its child spends past what the tree may use before the recovery, which
+// finds the tree's budget reached (the run's ledger account counts both
+// children). The delegation was made: its stored event is published
+// again over the budget, the call waits for its child and takes its
+// answer, and the run stops for its budget at its next step, not with
+// the call refused and the child's answer late.
+func TestDelegateRecoveryOverTheTreeBudget(t *testing.T) {
+	e := setup(t)
+	lead := policies.Definition{Name: "lead", Tools: []string{"delegate"}, Budget: policies.Budget{MaxTokens: 1000},
+		Model: scripted(
+			policies.ScriptEntry{Text: "Delegating.", ToolCalls: []policies.ScriptToolCall{
+				delegateCall("helper", "help", nil, map[string]any{"max_tokens": 100}),
+				delegateCall("spender", "spend", nil, map[string]any{"max_tokens": 500})},
+				Usage: policies.Usage{InputTokens: 100}},
+			policies.ScriptEntry{Text: "Lead done."})}
+	helper := policies.Definition{Name: "helper", Model: scripted(policies.ScriptEntry{Text: "Helped.", Usage: policies.Usage{InputTokens: 50}})}
+	spender := policies.Definition{Name: "spender", Model: scripted(policies.ScriptEntry{Text: "Spent.", Usage: policies.Usage{InputTokens: 950}})}
+	d := defs{"lead": lead, "helper": helper, "spender": spender}
+	ref := e.ref(t, "lead", "s1")
+	reached := make(chan struct{})
+	var once sync.Once
+	trace := func(ctx context.Context, p worker.TracePoint) {
+		if p.Session != ref.Session || p.Phase != worker.PhaseSettle || p.CallID != "call_0_1" || p.Recovery {
+			return
+		}
+		once.Do(func() { close(reached) })
+		<-ctx.Done()
+	}
+	agents := []string{"lead", "helper", "spender"}
+	stop := e.startStoppable(t, worker.Config{ID: "w1", Definitions: d, Tools: builtinTools(t, "delegate"), Agents: agents,
+		Admit: admitWith(t, e, d), Trace: trace, LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second})
+	e.send(t, ref, "go")
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second delegate call did not publish")
+	}
+	waitAnswered(t, e, childRef(t, e, "helper", ref, "call_0_0"))
+	waitAnswered(t, e, childRef(t, e, "spender", ref, "call_0_1"))
+	stop()
+
+	e.start(t, worker.Config{ID: "w2", Definitions: d, Tools: builtinTools(t, "delegate"), Agents: agents,
+		Admit: admitWith(t, e, d), LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second})
+	tr := e.waitStatus(t, ref, record.StatusBudgetExceeded)
+	checkCalls(t, tr)
+	res := map[string]record.Entry{}
+	for _, r := range delegateResults(tr) {
+		res[r.CallID] = r
+	}
+	if r := res["call_0_1"]; r.IsError || r.Result != "Spent." || r.Event == nil {
+		t.Fatalf("the interrupted call's result %+v: want its child's answer", r)
+	}
+	for _, en := range tr.Transcript {
+		if en.Kind == record.KindSystem && strings.Contains(en.Text, "late answer") {
+			t.Fatalf("the child's answer was taken as a late answer: %+v", en)
+		}
+	}
+	if st := state(t, e, ref); st.Delegated.Sessions != 2 || st.Delegated.Usage.Tokens() != 1000 {
+		t.Fatalf("the lead counts its tree %+v, want both children's 1000 tokens once", st.Delegated)
+	}
+}
