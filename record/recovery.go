@@ -59,7 +59,8 @@ var recoveryTable = []recoveryRow{
 // Recovery returns what recovery does with an interrupted step: DESIGN
 // §8's table. It decides nothing else: the engine still bounds the
 // attempts of Remake and Rerun and checks budgets before it makes an
-// effect again.
+// effect again, except for a delegate call whose event is stored
+// (Store.Delegation): publishing it again is no new spending.
 func Recovery(p Pending) Action {
 	for _, r := range recoveryTable {
 		if r.match(p) {
