@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -41,13 +43,43 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	name := "jl-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 	// JetStream clustering needs every member's routes at start, so the
 	// route ports are chosen first. Each node routes to all, itself included
-	// (the server ignores a route to itself).
-	ports := freePorts(t, n)
+	// (the server ignores a route to itself). Another process may bind a
+	// chosen port before its node does; the whole cluster is then started
+	// again on other ports, on emptied stores.
+	for attempt := 1; ; attempt++ {
+		err := c.start(name, dirs, opts)
+		if err == nil {
+			break
+		}
+		if attempt >= startAttempts || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("natstest: %v", err)
+		}
+		t.Logf("natstest: %v; starting the cluster again on other ports (attempt %d of %d)", err, attempt+1, startAttempts)
+		for i := range n {
+			c.Stop(i)
+		}
+		for _, dir := range dirs {
+			if err := emptyDir(dir); err != nil {
+				t.Fatalf("natstest: empty %s for another start: %v", dir, err)
+			}
+		}
+	}
+	c.WaitReady()
+	return c
+}
+
+// startAttempts bounds the starts of a cluster whose chosen route port
+// another process took first.
+const startAttempts = 5
+
+// start starts every node of the cluster on fresh route ports, in dirs.
+func (c *Cluster) start(name string, dirs []string, opts []Option) error {
+	ports := pickPorts(c.t, len(dirs))
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	for i := range n {
+	for i := range dirs {
 		cfg := natsd.Config{
 			Dir:     dirs[i],
 			Name:    fmt.Sprintf("n%d", i+1),
@@ -58,14 +90,33 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		}
 		s, err := natsd.Start(cfg)
 		if err != nil {
-			t.Fatalf("natstest: start cluster node %d: %v", i+1, err)
+			return fmt.Errorf("start cluster node %d: %w", i+1, err)
 		}
 		// Pin the client port the node got, so a restart comes back on it.
 		cfg.Port = s.Server().Addr().(*net.TCPAddr).Port
+		c.mu.Lock()
 		c.cfgs[i], c.nodes[i] = cfg, s
+		c.mu.Unlock()
 	}
-	c.WaitReady()
-	return c
+	return nil
+}
+
+// pickPorts chooses a cluster's route ports (freePorts; a test may
+// choose taken ones).
+var pickPorts = freePorts
+
+// emptyDir removes everything in dir, leaving dir itself.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Nodes returns the running servers; a stopped node's slot is nil.
@@ -164,7 +215,7 @@ func (c *Cluster) shutdownAll() {
 }
 
 // freePorts finds n free loopback ports. Another process could take one
-// before the server binds it; the server then fails to start loudly.
+// before the server binds it; RunCluster then starts again on others.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
