@@ -268,7 +268,34 @@ const clusterSize = 3
 // them (nats.go picks it at random from all three addresses, the others
 // are for failover).
 func startCluster(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
-	ports, err := freePorts(clusterSize)
+	// Another process may bind a chosen route port before its node does
+	// (a port the kernel gave back is free to any outgoing connection);
+	// the cluster is then started again on other ports, on new stores.
+	for attempt := 1; ; attempt++ {
+		e, err := startClusterOn(ctx, cfg, dir, sync)
+		if err == nil || attempt >= clusterAttempts || !strings.Contains(err.Error(), "address already in use") {
+			return e, err
+		}
+		for i := range clusterSize {
+			if err := os.RemoveAll(filepath.Join(dir, fmt.Sprintf("nats-%d", i+1))); err != nil {
+				return nil, fmt.Errorf("bench: remove the stores of a cluster that did not start: %w", err)
+			}
+		}
+	}
+}
+
+// pickPorts chooses a cluster's route ports (freePorts; a test may
+// choose taken ones).
+var pickPorts = freePorts
+
+// clusterAttempts bounds the starts of a cluster whose chosen route port
+// another process took first.
+const clusterAttempts = 5
+
+// startClusterOn is one attempt of startCluster, on route ports chosen
+// for it.
+func startClusterOn(ctx context.Context, cfg Config, dir, sync string) (*env, error) {
+	ports, err := pickPorts(clusterSize)
 	if err != nil {
 		return nil, err
 	}
