@@ -245,6 +245,8 @@ func TestParse(t *testing.T) {
 		{name: "short subject", m: msg("jl.ctl.demo", ce("cancel"), ``), wantErr: "not jl.<kind>.<agent>.<session>"},
 		{name: "bad prefix", m: msg("JL.ctl.demo.main", ce("cancel"), ``), wantErr: "prefix"},
 		{name: "non-canonical token", m: msg("jl.ctl.demo.a=2fb", ce("cancel"), ``), wantErr: ""},
+		{name: "control character in session", m: msg("jl.ctl.demo.a=00", ce("cancel"), ``), wantErr: "session name: control character U+0000"},
+		{name: "control character in agent", m: msg("jl.ctl.a=1Fb.main", ce("cancel"), ``), wantErr: "agent name: control character U+001F"},
 		{name: "agent extension elsewhere", m: msg("jl.ctl.demo.main", with(ce("cancel"), "ce-jlagent", "other"), ``), wantErr: `jlagent is "other"`},
 		{name: "session extension elsewhere", m: msg("jl.ctl.demo.main", with(ce("cancel"), "ce-jlsession", "x"), ``), wantErr: `jlsession is "x"`},
 		{name: "text content type", m: msg("jl.ctl.demo.main", with(ce("steer"), "ce-datacontenttype", "text/plain"), `focus`), wantErr: "want application/json"},

@@ -212,6 +212,12 @@ func checkExtensionName(name string) error {
 	return nil
 }
 
+// CheckString reports why s cannot be a CloudEvents String (an attribute
+// such as subject, or an extension such as jlsession): invalid UTF-8, a
+// control character or a noncharacter, with the byte where it is. A name
+// that fails it cannot be carried by any event.
+func CheckString(s string) error { return checkString(s) }
+
 // checkString enforces the CloudEvents type system's String: valid UTF-8
 // without the control characters U+0000–U+001F and U+007F–U+009F and
 // without Unicode noncharacters. Surrogates cannot occur in valid UTF-8.
