@@ -149,3 +149,92 @@ func TestMapLiteralWithBytesKeyIsRefused(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// eventWithData returns the variables of an event carrying data (JSON).
+func eventWithData(t *testing.T, data string) policies.Vars {
+	t.Helper()
+	e := event.New()
+	e.SetID("1")
+	e.SetSource("/s")
+	e.SetType("t")
+	if err := e.SetData(event.ApplicationJSON, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	vars, err := policies.EventVars(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vars
+}
+
+// TestMatchesIsChargedForItsPatternsProgram: a pattern short in text but
+// large once compiled, such as (a|b){1000}c, is charged for its program
+// over a long string and stops at the cost limit before it runs (RE2 takes
+// seconds over 100 KB), whether the pattern is the rule's or the event's,
+// and whatever the rest of the condition would absorb; over a short string
+// it matches. Ordinary patterns still match over the long string.
+func TestMatchesIsChargedForItsPatternsProgram(t *testing.T) {
+	body := strings.Repeat("a", 100_000)
+	long := `{"body":"` + body + `","title":"fix(ingest): keep order","p":"(a|b){1000}c","q":"(?i)URGENT"}`
+	short := `{"body":"ababc","title":"x","p":"(a|b){1000}c","q":"x"}`
+	tests := []struct {
+		when     string
+		refused  bool // at the cost limit over the long body
+		overLong bool // the result over the long body when not refused
+	}{
+		{when: `event.data.body.matches("(a|b){1000}c")`, refused: true},
+		{when: `matches(event.data.body, "(a|b){1000}c")`, refused: true},
+		{when: `event.data.body.matches(event.data.p)`, refused: true},
+		{when: `event.data.body.matches("(a|b){1000}c") || true`, refused: true},
+		{when: `true && !event.data.body.matches(event.data.p)`, refused: true},
+		{when: `event.data.title.matches("^(feat|fix|chore)(\\(.+\\))?: ")`, overLong: true},
+		{when: `event.data.body.matches("(?i)urgent|p0")`},
+		{when: `event.data.body.matches("^a+$")`, overLong: true},
+		{when: `event.data.body.matches(event.data.q)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.when, func(t *testing.T) {
+			c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+				Triggers: []policies.Trigger{{Name: "t", When: tt.when}}})
+			if err != nil {
+				t.Fatalf("refused at load: %v", err)
+			}
+			ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, long))
+			if tt.refused {
+				if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost limit") || !strings.Contains(err.Error(), tt.when) {
+					t.Fatalf("long body: %v, %.200v; want ErrEval at the cost limit naming the rule", ok, err)
+				}
+			} else if err != nil || ok != tt.overLong {
+				t.Fatalf("long body: %v, %.200v; want %v", ok, err, tt.overLong)
+			}
+			if _, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, short)); err != nil {
+				t.Fatalf("short body: %v", err)
+			}
+		})
+	}
+}
+
+// TestTooLargeAPatternIsRefused: a constant pattern whose program exceeds
+// MaxRegexProgram is refused when its rule loads, with the rule's field
+// and line; one an event supplies fails that rule's evaluation.
+func TestTooLargeAPatternIsRefused(t *testing.T) {
+	for _, p := range []string{`(a|b){1000}(c|d){1000}`, `[a-z]{1000}[0-9]{1000}[a-z]{1000}[0-9]{1000}[a-z]{1000}[0-9]{1000}`} {
+		y := fmt.Sprintf("name: a\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: 'event.data.s.matches(\"%s\")'\n", p)
+		_, err := policies.Parse("agent.yaml", []byte(y))
+		errs := policies.Errors(err)
+		if !errors.Is(err, policies.ErrInvalid) || len(errs) != 1 || errs[0].Line != 5 || errs[0].Field != "triggers[0].when" ||
+			!strings.Contains(err.Error(), "instructions") {
+			t.Fatalf("%s: got %v; want the rule refused for its pattern", p, err)
+		}
+		t.Log(err)
+	}
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+		Triggers: []policies.Trigger{{Name: "t", When: `event.data.s.matches(event.data.p)`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"ab","p":"(a|b){1000}(c|d){1000}"}`))
+	if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("got %v, %v; want ErrEval for the event's pattern", ok, err)
+	}
+}

@@ -28,6 +28,8 @@ import (
 // (interpreter.CostTracker.costCall): anything else, the extension
 // libraries' string functions among them (they bring cost trackers of
 // their own), leaves an expression without a bound, always tracked.
+// `matches` is charged by the tracker as matchCost (regex.go) has it, for
+// the size of the pattern's compiled program, and bounded here the same.
 //
 // Every node's share is rounded up and given a margin over the tracker's
 // charge, so the bound stays above it when an optimisation folds a node
@@ -57,8 +59,14 @@ func satMul(a, b uint64) uint64 {
 // plus one for the float rounding it is computed with.
 func tenth(x uint64) uint64 { return satAdd(x/10, 2) }
 
-// quarter is ceil(x * 0.25) (common.RegexStringLengthCostFactor), plus one.
-func quarter(x uint64) uint64 { return satAdd(x/4, 2) }
+// literalString returns e's value when it is a string literal.
+func literalString(e ast.Expr) (string, bool) {
+	if e.Kind() != ast.LiteralKind {
+		return "", false
+	}
+	s, ok := e.AsLiteral().(types.String)
+	return string(s), ok
+}
 
 // nodeBound is what one node can cost, with its subtree, and how large
 // its value and anything within it can be.
@@ -194,7 +202,17 @@ func callBound(call ast.CallExpr, n uint64) (nodeBound, bool) {
 	case fn == overloads.Contains && call.IsMemberFunction() && len(args) == 2:
 		return scalar(own(satMul(tenth(args[0].size), tenth(args[1].size)))), true
 	case fn == overloads.Matches && len(args) == 2:
-		return scalar(own(satMul(tenth(satAdd(args[0].size, 1)), quarter(args[1].size)))), true
+		// The tracker charges matchCost for the pattern's program: a
+		// constant's, or up to MaxRegexProgram for one the input supplies.
+		insts := uint64(MaxRegexProgram)
+		if lit, ok := literalString(operands[1]); ok {
+			c, err := constantPattern(lit)
+			if err != nil {
+				return nodeBound{}, false
+			}
+			insts = c.insts
+		}
+		return scalar(own(matchCost(args[0].size, insts))), true
 	case (fn == overloads.TypeConvertString || fn == overloads.TypeConvertBytes) && !call.IsMemberFunction() && len(args) == 1:
 		// A string's bytes are up to four a character; a number, a bool,
 		// a time or a duration is written in fewer than 64 characters.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"regexp/syntax"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 )
@@ -24,6 +26,8 @@ var costSeeds = []string{
 	`{"k": event.data.s}.k == "abc"`,
 	`event.data.s.startsWith("ab") && event.data.s.endsWith(event.data.s) && event.data.s.contains(event.data.s)`,
 	`event.data.s.matches("^a+$") || event.data.l[0].matches(event.data.l[1])`,
+	`event.data.s.matches("[a-z]{100}z") || matches(event.data.s, "(a|b){1000}c")`,
+	`event.data.l[0].matches("(?i)é+") && event.data.s.matches(event.data.l[1] + "+")`,
 	`size(event.data.s) + size(event.data.l) - event.data.a.b.c.d * 2 / 1 % 5 > -1`,
 	`event.data.l + event.data.l + [event.data.s] == event.data.l`,
 	`string(bytes(event.data.s)) + string(event.time) + string(event.data.f) < event.data.s`,
@@ -252,4 +256,67 @@ func FuzzCostBound(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestMatchesChargeAgrees: the tracker charges a match matchCost for the
+// pattern's compiled program, the same whether the pattern is the rule's
+// or the event's; the bound covers it, and the evaluation without the
+// tracker answers as the tracked one.
+func TestMatchesChargeAgrees(t *testing.T) {
+	patterns := []string{`^a+$`, `(a|b){1000}c`, `[a-z]{100}z`, `(?i)urgent|p0`, `^(feat|fix|chore)(\(.+\))?: `, `é{3,}x*`, `a{2,}|b{0}|c{3,5}|(?:d)?`}
+	strs := []string{"", "abc", strings.Repeat("é", 300), strings.Repeat("ab", 2000)}
+	for _, p := range patterns {
+		c, err := compilePattern(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, _ := syntax.Parse(p, syntax.Perl)
+		if progBound(parsed) < c.insts {
+			t.Errorf("%s: %d instructions, bounded by %d", p, c.insts, progBound(parsed))
+		}
+		lit := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(p)
+		for _, s := range strs {
+			vars, err := EventVars(costEvent("t", fmt.Sprintf(`{"s":%q,"p":%q}`, s, p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			charge := matchCost(uint64(utf8.RuneCountInString(s)), c.insts)
+			if charge > CostLimit {
+				continue
+			}
+			// endsWith the pattern costs what matches does, but for the
+			// match: a tenth of the pattern's length.
+			for src, same := range map[string]string{
+				`event.data.s.matches("` + lit + `")`: `event.data.s.endsWith("` + lit + `")`,
+				`event.data.s.matches(event.data.p)`:  `event.data.s.endsWith(event.data.p)`,
+				`matches(event.data.s, event.data.p)`: `event.data.s.endsWith(event.data.p)`,
+			} {
+				base := tracked(t, same, vars) - (uint64(utf8.RuneCountInString(p))+9)/10
+				if got := tracked(t, src, vars); got != base+charge {
+					t.Errorf("%s over %d characters: tracked %d, want %d + %d", src, len(s), got, base, charge)
+				}
+				x, err := compileExpr(src, anyOverEvent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := checkCheapEval(context.Background(), x, vars); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+}
+
+// tracked is the cost the tracker counts for src over vars.
+func tracked(t *testing.T, src string, vars Vars) uint64 {
+	t.Helper()
+	x, err := compileExpr(src, anyOverEvent)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	_, det, err := x.prg.Eval(map[string]any(vars))
+	if err != nil || det == nil || det.ActualCost() == nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	return *det.ActualCost()
 }
