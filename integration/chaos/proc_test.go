@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jetloop/jetloop/internal/natstest"
 )
 
 // Kinds of processes.
@@ -243,57 +244,8 @@ func build(t *testing.T, dir, pkg, name string) string {
 	return bin
 }
 
-// freePorts finds n free loopback ports outside the kernel's ephemeral
-// range. The harness keeps a process's ports across its restarts, and
-// while a node is down the clients' reconnects open outgoing connections
-// whose local ports the kernel picks from the ephemeral range: a port
-// chosen there (as listening on port 0 chooses) could be taken by one of
-// them, and the node would fail to start again. Below the range no
-// outgoing connection takes a port; another test's listener still could,
-// and the process then fails to start, loudly.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	lo, hi := portsOutsideEphemeral(t)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for start, p := lo+rand.IntN(hi-lo), 0; len(ports) < n; p++ {
-		if p == hi-lo {
-			t.Fatalf("find %d free ports in %d–%d: only %d free", n, lo, hi-1, len(ports))
-		}
-		port := lo + (start-lo+p)%(hi-lo)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, port)
-	}
-	return ports
-}
-
-// portsOutsideEphemeral is the range [lo, hi) of ports the harness picks
-// from: below the kernel's ephemeral range where it leaves room (the
-// default, 32768–60999, leaves 10000–32767), else above it.
-func portsOutsideEphemeral(t *testing.T) (lo, hi int) {
-	t.Helper()
-	elo, ehi := 32768, 60999
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if _, err := fmt.Sscan(string(b), &elo, &ehi); err != nil {
-			t.Fatalf("read the ephemeral port range %q: %v", b, err)
-		}
-	}
-	switch {
-	case elo-10000 >= 1000:
-		return 10000, elo
-	case 65536-(ehi+1) >= 1000:
-		return ehi + 1, 65536
-	default:
-		t.Fatalf("the ephemeral port range %d–%d leaves no room for the harness's ports", elo, ehi)
-		return 0, 0
-	}
-}
+// freePorts finds n free loopback ports that stay free for a process
+// restarted on them: outside the kernel's ephemeral range, where no
+// reconnect's outgoing connection can take one while the process is down
+// (natstest.FreePorts).
+func freePorts(t *testing.T, n int) []int { return natstest.FreePorts(t, n) }

@@ -75,6 +75,10 @@ const startAttempts = 5
 // start starts every node of the cluster on fresh route ports, in dirs.
 func (c *Cluster) start(name string, dirs []string, opts []Option) error {
 	ports := pickPorts(c.t, len(dirs))
+	// The client ports are chosen as the route ports are, outside the
+	// ephemeral range, and kept: a node restarted on its ports must find
+	// them free though its clients kept dialling while it was down.
+	clients := FreePorts(c.t, len(dirs))
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
@@ -83,6 +87,7 @@ func (c *Cluster) start(name string, dirs []string, opts []Option) error {
 		cfg := natsd.Config{
 			Dir:     dirs[i],
 			Name:    fmt.Sprintf("n%d", i+1),
+			Port:    clients[i],
 			Cluster: natsd.ClusterConfig{Name: name, Port: ports[i], Routes: routes},
 		}
 		for _, o := range opts {
@@ -92,7 +97,7 @@ func (c *Cluster) start(name string, dirs []string, opts []Option) error {
 		if err != nil {
 			return fmt.Errorf("start cluster node %d: %w", i+1, err)
 		}
-		// Pin the client port the node got, so a restart comes back on it.
+		// The client port the node listens on, kept for a restart.
 		cfg.Port = s.Server().Addr().(*net.TCPAddr).Port
 		c.mu.Lock()
 		c.cfgs[i], c.nodes[i] = cfg, s
@@ -101,9 +106,9 @@ func (c *Cluster) start(name string, dirs []string, opts []Option) error {
 	return nil
 }
 
-// pickPorts chooses a cluster's route ports (freePorts; a test may
+// pickPorts chooses a cluster's route ports (FreePorts; a test may
 // choose taken ones).
-var pickPorts = freePorts
+var pickPorts = FreePorts
 
 // emptyDir removes everything in dir, leaving dir itself.
 func emptyDir(dir string) error {
@@ -212,26 +217,4 @@ func (c *Cluster) shutdownAll() {
 		wg.Go(func() { c.Stop(i) })
 	}
 	wg.Wait()
-}
-
-// freePorts finds n free loopback ports. Another process could take one
-// before the server binds it; RunCluster then starts again on others.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("natstest: find a free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports
 }

@@ -18,13 +18,13 @@ func TestRunClusterStartsAgainOnATakenPort(t *testing.T) {
 	calls := 0
 	pickPorts = func(t testing.TB, n int) []int {
 		calls++
-		ports := freePorts(t, n)
+		ports := FreePorts(t, n)
 		if calls == 1 {
 			ports[n-1] = taken
 		}
 		return ports
 	}
-	defer func() { pickPorts = freePorts }()
+	defer func() { pickPorts = FreePorts }()
 	c := RunCluster(t, 3)
 	if calls != 2 {
 		t.Fatalf("route ports chosen %d times, want 2 (once more after the taken one)", calls)
