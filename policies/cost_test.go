@@ -238,3 +238,39 @@ func TestTooLargeAPatternIsRefused(t *testing.T) {
 		t.Fatalf("got %v, %v; want ErrEval for the event's pattern", ok, err)
 	}
 }
+
+// TestEqualityOfListsAndMapsIsChargedForWhatTheyHold: comparing two
+// lists or maps of an event is charged for the values they hold at any
+// depth, not for their length: two copies of a large list, alone or
+// nested in a list of one, stop at the cost limit before they are
+// compared; small ones compare.
+func TestEqualityOfListsAndMapsIsChargedForWhatTheyHold(t *testing.T) {
+	items := make([]string, 120_000)
+	for i := range items {
+		items[i] = fmt.Sprint(i % 10)
+	}
+	list := "[" + strings.Join(items, ",") + "]"
+	large := `{"a":` + list + `,"b":` + list + `,"m":{"k":` + list + `},"n":{"k":` + list + `}}`
+	small := `{"a":[1,[2,3]],"b":[1,[2,3]],"m":{"k":[1]},"n":{"k":[1]}}`
+	for _, when := range []string{
+		`event.data.a == event.data.b`,
+		`[event.data.a] == [event.data.b]`,
+		`event.data.m != event.data.n || true`,
+		`{"x": event.data.a} == {"x": event.data.b}`,
+	} {
+		t.Run(when, func(t *testing.T) {
+			c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+				Triggers: []policies.Trigger{{Name: "t", When: when}}})
+			if err != nil {
+				t.Fatalf("refused at load: %v", err)
+			}
+			ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, large))
+			if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost limit") || !strings.Contains(err.Error(), when) {
+				t.Fatalf("large lists: %v, %.200v; want ErrEval at the cost limit naming the rule", ok, err)
+			}
+			if ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, small)); err != nil || !ok {
+				t.Fatalf("small lists: %v, %v", ok, err)
+			}
+		})
+	}
+}

@@ -76,9 +76,12 @@ type nodeBound struct {
 	// size of any value inside it (a list's elements, a map's keys and
 	// values, at any depth), and is at least size.
 	size, within uint64
+	// deep bounds the values it holds at any depth, itself included
+	// (deepCount): an input's are unknown (costCap).
+	deep uint64
 }
 
-func scalar(cost uint64) nodeBound { return nodeBound{cost: cost, size: 1, within: 1} }
+func scalar(cost uint64) nodeBound { return nodeBound{cost: cost, size: 1, within: 1, deep: 1} }
 
 // costBound returns the bound of e's cost over inputs bounded by n, and
 // false when e holds what it cannot bound.
@@ -93,15 +96,15 @@ func boundOf(e ast.Expr, n uint64) (nodeBound, bool) {
 		switch v := e.AsLiteral().(type) {
 		case types.String:
 			s := uint64(utf8.RuneCountInString(string(v)))
-			return nodeBound{cost: 1, size: s, within: s}, true
+			return nodeBound{cost: 1, size: s, within: s, deep: 1}, true
 		case types.Bytes:
 			s := uint64(len(v))
-			return nodeBound{cost: 1, size: s, within: s}, true
+			return nodeBound{cost: 1, size: s, within: s, deep: 1}, true
 		}
 		return scalar(1), true
 	case ast.IdentKind:
 		// A variable (or a type name): an input, its size bounded by n.
-		return nodeBound{cost: 2, size: n, within: n}, true
+		return nodeBound{cost: 2, size: n, within: n, deep: costCap}, true
 	case ast.SelectKind:
 		sel := e.AsSelect()
 		op, ok := boundOf(sel.Operand(), n)
@@ -111,26 +114,27 @@ func boundOf(e ast.Expr, n uint64) (nodeBound, bool) {
 		if sel.IsTestOnly() {
 			return scalar(satAdd(op.cost, 2)), true
 		}
-		return nodeBound{cost: satAdd(op.cost, 2), size: op.within, within: op.within}, true
+		return nodeBound{cost: satAdd(op.cost, 2), size: op.within, within: op.within, deep: costCap}, true
 	case ast.ListKind:
 		list := e.AsList()
 		if len(list.OptionalIndices()) > 0 {
 			return nodeBound{}, false
 		}
-		out := nodeBound{cost: 11, size: uint64(list.Size())}
+		out := nodeBound{cost: 11, size: uint64(list.Size()), deep: 1}
 		for _, el := range list.Elements() {
 			b, ok := boundOf(el, n)
 			if !ok {
 				return nodeBound{}, false
 			}
 			out.cost = satAdd(out.cost, b.cost)
+			out.deep = satAdd(out.deep, b.deep)
 			out.within = max(out.within, b.within)
 		}
 		out.within = max(out.within, out.size)
 		return out, true
 	case ast.MapKind:
 		m := e.AsMap()
-		out := nodeBound{cost: 31, size: uint64(m.Size())}
+		out := nodeBound{cost: 31, size: uint64(m.Size()), deep: 1}
 		for _, ent := range m.Entries() {
 			entry := ent.AsMapEntry()
 			if entry.IsOptional() {
@@ -143,6 +147,7 @@ func boundOf(e ast.Expr, n uint64) (nodeBound, bool) {
 				}
 				out.cost = satAdd(out.cost, b.cost)
 				out.within = max(out.within, b.within)
+				out.deep = satAdd(out.deep, b.deep)
 			}
 		}
 		out.within = max(out.within, out.size)
@@ -177,24 +182,29 @@ func callBound(call ast.CallExpr, n uint64) (nodeBound, bool) {
 	case fn == operators.LogicalAnd || fn == operators.LogicalOr:
 		return scalar(own(0)), len(args) == 2
 	case fn == operators.Conditional && len(args) == 3:
-		return nodeBound{cost: own(0), size: max(args[1].size, args[2].size), within: max(args[1].within, args[2].within)}, true
+		return nodeBound{cost: own(0), size: max(args[1].size, args[2].size), within: max(args[1].within, args[2].within), deep: max(args[1].deep, args[2].deep)}, true
 	case fn == operators.LogicalNot || fn == operators.Negate || fn == operators.NotStrictlyFalse:
 		return scalar(own(0)), len(args) == 1
-	case fn == operators.Equals || fn == operators.NotEquals || fn == operators.Less || fn == operators.LessEquals ||
-		fn == operators.Greater || fn == operators.GreaterEquals:
+	case fn == operators.Equals || fn == operators.NotEquals:
+		// equalityCost for a list or a map, else what CEL charges.
+		if len(args) != 2 {
+			return nodeBound{}, false
+		}
+		return scalar(own(max(tenth(min(args[0].size, args[1].size)), min(args[0].deep, args[1].deep)))), true
+	case fn == operators.Less || fn == operators.LessEquals || fn == operators.Greater || fn == operators.GreaterEquals:
 		if len(args) != 2 {
 			return nodeBound{}, false
 		}
 		return scalar(own(tenth(min(args[0].size, args[1].size)))), true
 	case fn == operators.Add && len(args) == 2:
 		size := satAdd(args[0].size, args[1].size)
-		return nodeBound{cost: own(tenth(size)), size: size, within: max(size, args[0].within, args[1].within)}, true
+		return nodeBound{cost: own(tenth(size)), size: size, within: max(size, args[0].within, args[1].within), deep: satAdd(args[0].deep, args[1].deep)}, true
 	case fn == operators.Subtract || fn == operators.Multiply || fn == operators.Divide || fn == operators.Modulo:
 		return scalar(own(0)), len(args) == 2
 	case fn == operators.In && len(args) == 2:
 		return scalar(own(args[1].size)), true
 	case fn == operators.Index && len(args) == 2:
-		return nodeBound{cost: own(0), size: args[0].within, within: args[0].within}, true
+		return nodeBound{cost: own(0), size: args[0].within, within: args[0].within, deep: costCap}, true
 	case fn == overloads.Size && len(args) == 1:
 		return scalar(own(0)), true
 	case (fn == overloads.StartsWith || fn == overloads.EndsWith) && call.IsMemberFunction() && len(args) == 2:
@@ -217,12 +227,12 @@ func callBound(call ast.CallExpr, n uint64) (nodeBound, bool) {
 		// A string's bytes are up to four a character; a number, a bool,
 		// a time or a duration is written in fewer than 64 characters.
 		size := satAdd(satMul(args[0].size, 4), 64)
-		return nodeBound{cost: own(tenth(args[0].size)), size: size, within: size}, true
+		return nodeBound{cost: own(tenth(args[0].size)), size: size, within: size, deep: 1}, true
 	case (fn == overloads.TypeConvertInt || fn == overloads.TypeConvertUint || fn == overloads.TypeConvertDouble ||
 		fn == overloads.TypeConvertBool) && !call.IsMemberFunction() && len(args) == 1:
 		return scalar(own(0)), true
 	case fn == overloads.TypeConvertDyn && !call.IsMemberFunction() && len(args) == 1:
-		return nodeBound{cost: own(0), size: args[0].size, within: args[0].within}, true
+		return nodeBound{cost: own(0), size: args[0].size, within: args[0].within, deep: args[0].deep}, true
 	}
 	return nodeBound{}, false
 }

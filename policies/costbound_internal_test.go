@@ -43,6 +43,8 @@ var costSeeds = []string{
 	`event.extensions.jlagent + event.id + event.source + event.specversion + event.datacontenttype`,
 	`event.data.s.lowerAscii() == "abc"`,
 	`event.data.l.all(x, x != "")`,
+	`event.data.l == ["x", "y"] && event.data.m != {"abc": "v", "k": [1, [2, 3]]} && [event.data.s] + [event.data.s] == [event.data.s, "a"]`,
+	`event.data == event.data || event.data.l == event.data.l`,
 }
 
 // costInputs are event data of several sizes, the last large.
@@ -105,8 +107,10 @@ func TestCostBoundCoversTrackedCost(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		_, bounded := costBound(x.root, minInputBound)
-		if wantFast := bounded && !x.loops; (x.fast != nil) != wantFast {
+		// An equality of two inputs is bounded only by what they hold,
+		// which no input bound bounds.
+		c, bounded := costBound(x.root, minInputBound)
+		if wantFast := bounded && c <= CostLimit && !x.loops; (x.fast != nil) != wantFast {
 			t.Errorf("%s: planned without the tracker %v, want %v", src, x.fast != nil, wantFast)
 		}
 		for _, data := range costInputs {
@@ -319,4 +323,64 @@ func tracked(t *testing.T, src string, vars Vars) uint64 {
 		t.Fatalf("%s: %v", src, err)
 	}
 	return *det.ActualCost()
+}
+
+// values counts what a decoded JSON value holds, itself included.
+func values(v any) uint64 {
+	n := uint64(1)
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			n += values(e)
+		}
+	case map[string]any:
+		for _, e := range x {
+			n += 1 + values(e)
+		}
+	}
+	return n
+}
+
+// TestEqualityChargeAgrees: the tracker charges an equality with a list
+// or a map the values of the operand holding fewer, the bound covers it,
+// and the evaluation without the tracker answers as the tracked one.
+func TestEqualityChargeAgrees(t *testing.T) {
+	pairs := [][2]string{
+		{`[1,2,3]`, `[1,2,3]`},
+		{`[1,[2,[3,4]],{"k":[5,6]}]`, `[1,[2,[3,4]],{"k":[5,7]}]`},
+		{`{"a":1,"b":[1,2]}`, `{"a":1,"b":[1,2],"c":{}}`},
+		{`[` + strings.Repeat(`[1,2],`, 500) + `3]`, `[1]`},
+		{`[]`, `{}`},
+		{`[1,2]`, `"ab"`},
+	}
+	for _, p := range pairs {
+		data := fmt.Sprintf(`{"a":%s,"b":%s,"n":1}`, p[0], p[1])
+		vars, err := EventVars(costEvent("t", data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b any
+		a, _ = ParseJSON([]byte(p[0]))
+		b, _ = ParseJSON([]byte(p[1]))
+		want := min(values(a), values(b))
+		// An operand against a number is charged one: the number holds one.
+		base := tracked(t, `event.data.a == event.data.n`, vars) - 1
+		for _, src := range []string{`event.data.a == event.data.b`, `event.data.a != event.data.b`} {
+			if got := tracked(t, src, vars); got != base+want {
+				t.Errorf("%s over %s: tracked %d, want %d + %d", src, data, got, base, want)
+			}
+		}
+		for _, src := range []string{`event.data.a == ` + p[1], p[0] + ` != event.data.b`, `[event.data.a] == [` + p[1] + `]`} {
+			x, err := compileExpr(src, anyOverEvent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.fast == nil {
+				t.Errorf("%s: planned with the tracker, want without", src)
+			}
+			if err := checkCheapEval(context.Background(), x, vars); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 }
