@@ -68,17 +68,19 @@ func RunCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	return c
 }
 
-// startAttempts bounds the starts of a cluster whose chosen route port
-// another process took first.
+// startAttempts bounds the starts of a cluster whose chosen route or
+// client port another process took first.
 const startAttempts = 5
 
-// start starts every node of the cluster on fresh route ports, in dirs.
+// start starts every node of the cluster on fresh route and client
+// ports, in dirs.
 func (c *Cluster) start(name string, dirs []string, opts []Option) error {
-	ports := pickPorts(c.t, len(dirs))
-	// The client ports are chosen as the route ports are, outside the
-	// ephemeral range, and kept: a node restarted on its ports must find
-	// them free though its clients kept dialling while it was down.
-	clients := FreePorts(c.t, len(dirs))
+	// The route and client ports are chosen at once, so no two are the
+	// same, outside the ephemeral range, and kept: a node restarted on its
+	// ports must find them free though its clients kept dialling while it
+	// was down.
+	all := pickPorts(c.t, 2*len(dirs))
+	ports, clients := all[:len(dirs)], all[len(dirs):]
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
@@ -106,8 +108,8 @@ func (c *Cluster) start(name string, dirs []string, opts []Option) error {
 	return nil
 }
 
-// pickPorts chooses a cluster's route ports (FreePorts; a test may
-// choose taken ones).
+// pickPorts chooses a cluster's ports, n route ports and then n client
+// ports (FreePorts; a test may choose taken ones).
 var pickPorts = FreePorts
 
 // emptyDir removes everything in dir, leaving dir itself.

@@ -16,16 +16,32 @@ import (
 // one of them, and the server would fail to start again. Below the range
 // no outgoing connection takes a port; another test's listener still
 // could, and the server then fails to start with "address already in
-// use" (RunCluster starts again on other ports).
+// use" (RunCluster starts again on other ports). On a machine whose
+// ephemeral range leaves no room outside it, the ports are the kernel's
+// choice, as port 0 gives them, and a restart can find one taken.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	lo, hi := portsOutsideEphemeral(t)
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
 			l.Close()
 		}
 	}()
+	elo, ehi := EphemeralPorts(t)
+	lo, hi, ok := outsideEphemeral(elo, ehi)
+	if !ok {
+		t.Logf("natstest: the ephemeral port range %d–%d leaves no room for ports kept across restarts; the kernel chooses them", elo, ehi)
+		ports := make([]int, n)
+		for i := range ports {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("natstest: find a free port: %v", err)
+			}
+			ls = append(ls, l)
+			ports[i] = l.Addr().(*net.TCPAddr).Port
+		}
+		return ports
+	}
 	ports := make([]int, 0, n)
 	start := rand.IntN(hi - lo)
 	for p := 0; len(ports) < n; p++ {
@@ -59,19 +75,24 @@ func EphemeralPorts(t testing.TB) (lo, hi int) {
 	return lo, hi
 }
 
-// portsOutsideEphemeral is the range [lo, hi) FreePorts picks from: below
-// the ephemeral range where that leaves room (the default, 32768–60999,
-// leaves 10000–32767), else above it.
-func portsOutsideEphemeral(t testing.TB) (lo, hi int) {
-	t.Helper()
-	elo, ehi := EphemeralPorts(t)
+// minRoom is the fewest ports a range outside the ephemeral one must
+// hold for FreePorts to pick from it.
+const minRoom = 1000
+
+// outsideEphemeral is the range [lo, hi) FreePorts picks from, given the
+// ephemeral range [elo, ehi]: from 10000 up to it where that leaves room
+// (the default, 32768–60999, leaves 10000–32767), else the unprivileged
+// ports below it from 1024, else the ports above it. ok is false when no
+// side holds minRoom ports.
+func outsideEphemeral(elo, ehi int) (lo, hi int, ok bool) {
 	switch {
-	case elo-10000 >= 1000:
-		return 10000, elo
-	case 65536-(ehi+1) >= 1000:
-		return ehi + 1, 65536
+	case elo-10000 >= minRoom:
+		return 10000, elo, true
+	case elo-1024 >= minRoom:
+		return 1024, elo, true
+	case 65536-(ehi+1) >= minRoom:
+		return ehi + 1, 65536, true
 	default:
-		t.Fatalf("natstest: the ephemeral port range %d–%d leaves no room for fixed ports", elo, ehi)
-		return 0, 0
+		return 0, 0, false
 	}
 }
