@@ -43,13 +43,12 @@ type server struct {
 	events func() []mcptest.Event
 }
 
+// freeAddr is a free loopback address for a server process that is
+// started again on it: outside the kernel's ephemeral range
+// (natstest.FreePorts), where neither the dials that wait for it to
+// listen nor any other outgoing connection can take its port.
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", natstest.FreePorts(t, 1)[0])
 }
 
 // inProcess serves over Streamable HTTP in this process.

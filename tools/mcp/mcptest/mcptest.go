@@ -22,6 +22,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetloop/jetloop/internal/natstest"
 )
 
 // Event is one thing that reached a server.
@@ -221,10 +223,12 @@ type HTTP struct {
 }
 
 // ServeHTTP serves what mk builds (one server per start) on a new loopback
-// port, behind wrap when given.
+// port, behind wrap when given. The port is outside the kernel's
+// ephemeral range (natstest.FreePorts), so Start finds it free again
+// though clients dialled it while the server was stopped.
 func ServeHTTP(t testing.TB, mk func() *sdk.Server, wrap ...func(http.Handler) http.Handler) *HTTP {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenKept(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +237,21 @@ func ServeHTTP(t testing.TB, mk func() *sdk.Server, wrap ...func(http.Handler) h
 	h.serve(ln)
 	t.Cleanup(h.Stop)
 	return h
+}
+
+// listenKept listens on a loopback port natstest.FreePorts chose, choosing
+// again when another process bound it first.
+func listenKept(t testing.TB) (net.Listener, error) {
+	t.Helper()
+	var err error
+	for range 5 {
+		var ln net.Listener
+		addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePorts(t, 1)[0])
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("mcptest: listen on a loopback port: %w", err)
 }
 
 func (h *HTTP) serve(ln net.Listener) {
