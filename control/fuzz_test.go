@@ -54,6 +54,17 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("round trip of %+v: %v", got, err)
 		}
+		if got.Verb == control.Fork {
+			// The session a fork makes is started with a resume on its
+			// control subject: one that can be built.
+			child, err := streams.NewSessionRef(got.Ref.Agent, got.As)
+			if err != nil {
+				t.Fatalf("accepted a fork as %q, which names no session: %v", got.As, err)
+			}
+			if _, err := control.NewMsg(names, child, control.Message{Verb: control.Resume}); err != nil {
+				t.Fatalf("accepted a fork as %q, but its resume cannot be built: %v", got.As, err)
+			}
+		}
 		if back.Verb != got.Verb || back.Text != got.Text || back.CallID != got.CallID || back.Turn != got.Turn ||
 			back.As != got.As || back.ID != got.ID || back.Source != got.Source || back.Ref != got.Ref {
 			t.Fatalf("round trip changed the message:\n got %+v\nback %+v", got, back)

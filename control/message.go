@@ -43,7 +43,8 @@ type Message struct {
 	// Turn is the last turn a fork copies; 0 copies only what came before
 	// the first model call.
 	Turn int
-	// As names the session a fork creates.
+	// As names the session a fork creates, of the same agent: a name an
+	// event can carry (valid UTF-8 without control characters).
 	As string
 
 	// ID is the event id. JetStream drops a second message with the same
@@ -70,8 +71,8 @@ const DefaultSource = "/jetloop"
 
 // Validate reports the first field of m that its verb cannot take: an
 // unknown verb, steer without text, approve or deny without a call id,
-// fork without a session to create, a field the verb does not use, or a
-// value out of bounds.
+// fork without a session to create or as a name no event can carry, a
+// field the verb does not use, or a value out of bounds.
 func (m Message) Validate() error {
 	if _, err := ParseVerb(string(m.Verb)); err != nil {
 		return err
@@ -98,6 +99,11 @@ func (m Message) Validate() error {
 		}
 		if _, err := events.EncodeToken(m.As); err != nil {
 			return fmt.Errorf("%w: fork as %q: %w", ErrInvalid, clip(m.As), err)
+		}
+		// The new session is started with a resume that names it: a name
+		// no event can carry (a control character) is no session to make.
+		if err := events.CheckString(m.As); err != nil {
+			return fmt.Errorf("%w: fork as %q: session name: %w", ErrInvalid, clip(m.As), err)
 		}
 	} else {
 		if m.Turn != 0 {
