@@ -663,6 +663,51 @@ func TestInvalidControlDeadLettered(t *testing.T) {
 	}
 }
 
+// TestForkAsAControlCharacterDeadLettered sends a fork as a name no event
+// can carry, whose new session could never be started: it goes to JL_DLQ
+// with the reason, no session is made, and the next control applies.
+func TestForkAsAControlCharacterDeadLettered(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "hi"})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
+	ref := e.ref(t, "demo", "s1")
+	e.send(t, ref, "hello")
+	e.waitStatus(t, ref, record.StatusDone)
+	bad := nats.NewMsg(e.names.Ctl(ref))
+	bad.Header.Set("ce-specversion", "1.0")
+	bad.Header.Set("ce-type", "dev.jetloop.control.fork")
+	bad.Header.Set("ce-source", "/test")
+	bad.Header.Set("ce-id", "x1")
+	bad.Header.Set("Content-Type", "application/json")
+	bad.Data = []byte(`{"turn":0,"as":"s1\u0000copy"}`)
+	if _, err := e.js.PublishMsg(context.Background(), bad); err != nil {
+		t.Fatal(err)
+	}
+	seq := publish(t, e, ref, control.Message{Verb: control.Steer, Text: "next time"})
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if st := state(t, e, ref); st.CtlSeq != seq || len(st.Steers) != 1 {
+			return fmt.Errorf("ctl_seq %d, %d steers", st.CtlSeq, len(st.Steers))
+		}
+		return nil
+	})
+	dlqs, err := e.js.Stream(context.Background(), e.names.StreamDLQ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlqs.GetLastMsgForSubject(context.Background(), e.names.DLQAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, d := m.Header.Get(dlq.HeaderReason), m.Header.Get(dlq.HeaderDetail); r != "invalid_control" || !strings.Contains(d, "control character") {
+		t.Fatalf("dead letter on %s, reason %q, detail %q", m.Subject, r, d)
+	}
+	if child, err := streams.NewSessionRef("demo", "s1\x00copy"); err != nil {
+		t.Fatal(err)
+	} else if _, err := record.Show(context.Background(), e.js, e.names, child); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("the fork's session: %v, want none", err)
+	}
+}
+
 // TestForkCopiesUpToTurn forks a finished session at turn 1: the new
 // session has the transcript up to the end of turn 1, records its parent,
 // and continues from there to its own end; the original is unchanged.
