@@ -135,7 +135,7 @@ func (r *runner) lookForBusyInputs(ctx context.Context) {
 	r.ctlMu.Lock()
 	seq := r.runSeq
 	r.ctlMu.Unlock()
-	m, err := r.w.in.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
+	m, err := getMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
 	if err != nil {
 		return
 	}
