@@ -61,12 +61,21 @@ func isAggregate(v ref.Val) bool {
 // the comparison visits (it stops at the first difference, and values of
 // different kinds differ at once). It is false for other operands, which
 // CEL charges itself.
+//
+// Both operands are counted up to a limit that doubles until one of them
+// holds fewer, so counting visits a few times the values charged, not the
+// larger operand's: a large list compared with a scalar in a loop would
+// otherwise be walked on every iteration for a charge of one.
 func equalityCost(a, b ref.Val) (uint64, bool) {
 	if !isAggregate(a) && !isAggregate(b) {
 		return 0, false
 	}
-	n := deepCount(a, CostLimit+1)
-	return deepCount(b, n), true
+	for limit := uint64(16); ; limit *= 2 {
+		na, nb := deepCount(a, limit), deepCount(b, limit)
+		if na < limit || nb < limit || limit > CostLimit {
+			return min(na, nb), true
+		}
+	}
 }
 
 // equalityOptions are the program options of `==` and `!=`: a comparison
