@@ -260,7 +260,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	if est, err := env.EstimateCost(checked, emptyInputs{}); err == nil && est.Max > CostLimit {
 		return nil, &exprError{msg: fmt.Sprintf("CEL: estimated cost up to %d exceeds the limit of %d even on an empty input; simplify the rule", est.Max, CostLimit)}
 	}
-	prg, err := program(env, checked, append(append(matchesOptions(), equalityOptions()...),
+	prg, err := program(env, checked, append(append(append(matchesOptions(), equalityOptions()...), membershipOptions()...),
 		cel.CostLimit(CostLimit),
 		cel.InterruptCheckFrequency(interruptEvery),
 		cel.EvalOptions(cel.OptOptimize))...)
@@ -269,7 +269,7 @@ func compileExpr(src string, kind exprKind) (*Expr, error) {
 	}
 	x := &Expr{src: src, kind: kind, prg: prg, readsData: readsEventData(checked), dataPaths: &DataPaths{}, loops: hasComprehension(checked), root: checked.NativeRep().Expr()}
 	if n, ok := maxCheapInput(x.root, cheapInputLimit); ok && !x.loops && kind != condOverTool {
-		if x.fast, err = program(env, checked, append(append(matchesOptions(), equalityOptions()...), cel.EvalOptions(cel.OptOptimize))...); err != nil {
+		if x.fast, err = program(env, checked, append(append(append(matchesOptions(), equalityOptions()...), membershipOptions()...), cel.EvalOptions(cel.OptOptimize))...); err != nil {
 			return nil, &exprError{msg: "CEL: " + err.Error()}
 		}
 		x.cheapUpTo = n

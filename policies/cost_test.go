@@ -274,3 +274,38 @@ func TestEqualityOfListsAndMapsIsChargedForWhatTheyHold(t *testing.T) {
 		})
 	}
 }
+
+// TestMembershipIsChargedForWhatItCompares: `in` over a list of the event
+// is charged an element each, and for a list or a map looked for the
+// values each element is compared for, so it stops at the cost limit over
+// a large list before comparing (CEL charged one for a list typed dyn, and
+// a loop over such lookups ran for seconds); over a small list it answers.
+func TestMembershipIsChargedForWhatItCompares(t *testing.T) {
+	ints := strings.TrimSuffix(strings.Repeat("1,", 120_000), ",")
+	x := "[" + strings.TrimSuffix(strings.Repeat("1,", 5000), ",") + "]"
+	y := "[" + strings.TrimSuffix(strings.Repeat("1,", 4999), ",") + ",2]"
+	deep := "[" + strings.TrimSuffix(strings.Repeat(y+",", 30), ",") + "]"
+	large := `{"l":[` + ints + `],"x":` + x + `,"d":` + deep + `,"it":[1,2,3]}`
+	small := `{"l":[1,3],"x":[1],"d":[[2],[3]],"it":[1,2,3]}`
+	for _, when := range []string{
+		`3 in event.data.l`,
+		`!(event.data.x in event.data.d)`,
+		`event.data.it.exists(v, v == 3 && 3 in event.data.l)`,
+		`event.data.x in [event.data.l, event.data.d, event.data.x] && 3 in event.data.l`,
+	} {
+		t.Run(when, func(t *testing.T) {
+			c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+				Triggers: []policies.Trigger{{Name: "t", When: when}}})
+			if err != nil {
+				t.Fatalf("refused at load: %v", err)
+			}
+			ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, large))
+			if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost limit") || !strings.Contains(err.Error(), when) {
+				t.Fatalf("large lists: %v, %.200v; want ErrEval at the cost limit naming the rule", ok, err)
+			}
+			if ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, small)); err != nil || !ok {
+				t.Fatalf("small lists: %v, %v", ok, err)
+			}
+		})
+	}
+}

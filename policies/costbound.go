@@ -202,7 +202,10 @@ func callBound(call ast.CallExpr, n uint64) (nodeBound, bool) {
 	case fn == operators.Subtract || fn == operators.Multiply || fn == operators.Divide || fn == operators.Modulo:
 		return scalar(own(0)), len(args) == 2
 	case fn == operators.In && len(args) == 2:
-		return scalar(own(args[1].size)), true
+		// membershipCost: an element each, or for a list or a map looked
+		// for, the values each element is compared for, at most what the
+		// list holds.
+		return scalar(own(max(args[1].size, min(satMul(args[1].size, args[0].deep), args[1].deep)))), true
 	case fn == operators.Index && len(args) == 2:
 		return nodeBound{cost: own(0), size: args[0].within, within: args[0].within, deep: costCap}, true
 	case fn == overloads.Size && len(args) == 1:

@@ -45,6 +45,8 @@ var costSeeds = []string{
 	`event.data.l.all(x, x != "")`,
 	`event.data.l == ["x", "y"] && event.data.m != {"abc": "v", "k": [1, [2, 3]]} && [event.data.s] + [event.data.s] == [event.data.s, "a"]`,
 	`event.data == event.data || event.data.l == event.data.l`,
+	`[event.data.s] in event.data.l || event.data.l in [event.data.l, ["x"]] || event.data.a in [1, [2, 3]] || {"k": 1} in [{"k": 1}]`,
+	`event.data.s in ["abc", "x"] && !(event.data.l in event.data.l)`,
 }
 
 // costInputs are event data of several sizes, the last large.

@@ -126,3 +126,77 @@ func equalityOptions() []cel.ProgramOption {
 			interpreter.OverloadCostTracker(overloads.NotEquals, charge)),
 	}
 }
+
+// CEL charges `x in list` the list's size, and nothing for the values an
+// element compares, and charges one when the list is typed dyn (an event's
+// field), which it plans under no overload: a loop testing membership in a
+// large list of the event ran for seconds within the cost limit. So `in`
+// over a list is charged membershipCost, and stops at the cost limit before
+// comparing when that alone passes it.
+
+// inDynOverload names the overload of `in` that membershipCost charges;
+// calls CEL plans under in_list, or under none, are given it.
+const inDynOverload = "jetloop_in_list"
+
+// membershipCost is the charge of looking for x in c when c is a list:
+// for each element, one, or the values of x or of the element, whichever
+// holds fewer (what an equality with it is charged). It is false for
+// other containers, which CEL charges itself.
+func membershipCost(x, c ref.Val) (uint64, bool) {
+	list, ok := c.(traits.Lister)
+	if !ok {
+		return 0, false
+	}
+	size, ok := list.Size().(types.Int)
+	if !ok || size < 0 {
+		return 0, false
+	}
+	if !isAggregate(x) {
+		return uint64(size), true
+	}
+	var cost uint64
+	for it := list.Iterator(); cost <= CostLimit && it.HasNext() == types.True; {
+		c, _ := equalityCost(x, it.Next())
+		cost = satAdd(cost, max(c, 1))
+	}
+	return max(cost, 1), true
+}
+
+// membershipOptions are the program options of `in`: a lookup in a list
+// stops at the cost limit before comparing when its charge alone passes
+// it, and the cost tracker charges it membershipCost.
+func membershipOptions() []cel.ProgramOption {
+	bounded := func(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
+		call, ok := i.(interpreter.InterpretableCall)
+		if !ok || call.Function() != operators.In || len(call.Args()) != 2 ||
+			(call.OverloadID() != "" && call.OverloadID() != overloads.InList) {
+			return i, nil
+		}
+		return interpreter.NewCall(call.ID(), call.Function(), inDynOverload, call.Args(), func(args ...ref.Val) ref.Val {
+			if len(args) != 2 {
+				return types.NoSuchOverloadErr()
+			}
+			if c, ok := membershipCost(args[0], args[1]); ok && c > CostLimit {
+				costLimitExceeded()
+			}
+			// As the standard library's `in`.
+			if args[1].Type().HasTrait(traits.ContainerType) {
+				return args[1].(traits.Container).Contains(args[0])
+			}
+			return types.ValOrErr(args[1], "no such overload")
+		}), nil
+	}
+	charge := func(args []ref.Val, _ ref.Val) *uint64 {
+		c := uint64(1)
+		if len(args) == 2 {
+			if n, ok := membershipCost(args[0], args[1]); ok {
+				c = n
+			}
+		}
+		return &c
+	}
+	return []cel.ProgramOption{
+		cel.CustomDecoratorV2(bounded),
+		cel.CostTrackerOptions(interpreter.OverloadCostTracker(inDynOverload, charge)),
+	}
+}
