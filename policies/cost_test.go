@@ -309,3 +309,29 @@ func TestMembershipIsChargedForWhatItCompares(t *testing.T) {
 		})
 	}
 }
+
+// TestPatternsOfTheEventAreChargedTheirCompilation: a pattern an event
+// supplies is compiled when the rule evaluates, some hundreds of times the
+// time of a step of the matcher an instruction, so it is charged for it: a
+// rule trying each of hundreds of large patterns of the event stops at the
+// cost limit (compiling them took most of a second), while a few small
+// ones still match.
+func TestPatternsOfTheEventAreChargedTheirCompilation(t *testing.T) {
+	pats := make([]string, 400)
+	for i := range pats {
+		pats[i] = fmt.Sprintf(`"(a|b){%d}c"`, 999-i)
+	}
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+		Triggers: []policies.Trigger{{Name: "t", When: `event.data.p.exists(p, event.data.s.matches(p))`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"","p":[`+strings.Join(pats, ",")+`]}`))
+	if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost limit") {
+		t.Fatalf("large patterns: %v, %.200v; want ErrEval at the cost limit", ok, err)
+	}
+	ok, err = c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"fix: x","p":["^feat","(?i)^FIX:","urgent|p0"]}`))
+	if err != nil || !ok {
+		t.Fatalf("small patterns: %v, %v", ok, err)
+	}
+}

@@ -29,7 +29,8 @@ import (
 // libraries' string functions among them (they bring cost trackers of
 // their own), leaves an expression without a bound, always tracked.
 // `matches` is charged by the tracker as matchCost (regex.go) has it, for
-// the size of the pattern's compiled program, and bounded here the same.
+// the size of the pattern's compiled program, with compileCost for a
+// pattern of the input, and bounded here the same.
 //
 // Every node's share is rounded up and given a margin over the tracker's
 // charge, so the bound stays above it when an optimisation folds a node
@@ -216,16 +217,16 @@ func callBound(call ast.CallExpr, n uint64) (nodeBound, bool) {
 		return scalar(own(satMul(tenth(args[0].size), tenth(args[1].size)))), true
 	case fn == overloads.Matches && len(args) == 2:
 		// The tracker charges matchCost for the pattern's program: a
-		// constant's, or up to MaxRegexProgram for one the input supplies.
-		insts := uint64(MaxRegexProgram)
+		// constant's, or up to MaxRegexProgram for one the input supplies,
+		// with what compiling it is charged.
 		if lit, ok := literalString(operands[1]); ok {
 			c, err := constantPattern(lit)
 			if err != nil {
 				return nodeBound{}, false
 			}
-			insts = c.insts
+			return scalar(own(matchCost(args[0].size, c.insts))), true
 		}
-		return scalar(own(matchCost(args[0].size, insts))), true
+		return scalar(own(satAdd(matchCost(args[0].size, MaxRegexProgram), compileCost(MaxRegexProgram)))), true
 	case (fn == overloads.TypeConvertString || fn == overloads.TypeConvertBytes) && !call.IsMemberFunction() && len(args) == 1:
 		// A string's bytes are up to four a character; a number, a bool,
 		// a time or a duration is written in fewer than 64 characters.

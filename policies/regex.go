@@ -33,6 +33,22 @@ const MaxRegexProgram = 5000
 // tens of nanoseconds, so that CostLimit is tens of milliseconds.
 const regexStepsPerCost = 16
 
+// regexCompileCostPerInst is the charge of compiling a pattern an event
+// supplies, an instruction of its program: compiling takes some hundreds
+// of nanoseconds an instruction, a few hundred times a step of the
+// matcher, and a rule looking for each of a thousand patterns of the event
+// would otherwise compile them for most of a second within CostLimit.
+const regexCompileCostPerInst = 16
+
+// constantMatchesOverload names the overload of a `matches` call whose
+// pattern is a constant, compiled when its rule is: it is charged its
+// match alone, where one with a pattern of the input is charged its
+// compilation too (compileCost).
+const constantMatchesOverload = "jetloop_matches_constant"
+
+// compileCost is the charge of compiling a pattern of insts instructions.
+func compileCost(insts uint64) uint64 { return satMul(insts, regexCompileCostPerInst) }
+
 // matchCost is the charge of matching a string of chars characters with
 // a program of insts instructions: the steps of the matcher over it and
 // its end.
@@ -151,9 +167,9 @@ func costLimitExceeded() {
 }
 
 // match matches s with p, or stops the evaluation at the cost limit when
-// its charge alone passes it.
-func (p *regexProg) match(s string) ref.Val {
-	if matchCost(uint64(utf8.RuneCountInString(s)), p.insts) > CostLimit {
+// its charge alone (with extra, what compiling p is charged) passes it.
+func (p *regexProg) match(s string, extra uint64) ref.Val {
+	if satAdd(matchCost(uint64(utf8.RuneCountInString(s)), p.insts), extra) > CostLimit {
 		costLimitExceeded()
 	}
 	return types.Bool(p.re.MatchString(s))
@@ -169,13 +185,14 @@ func matchValues(s, p ref.Val) ref.Val {
 	if err != nil {
 		return types.WrapErr(err)
 	}
-	return c.match(string(str))
+	return c.match(string(str), compileCost(c.insts))
 }
 
 // matchesOptions are the program options of `matches`: its calls matched
 // as matchValues does, their constant patterns compiled once, when the
 // program is planned (a pattern too large is the program's error), and
-// the cost tracker charging every match matchCost.
+// the cost tracker charging every match matchCost, and compileCost for a
+// pattern of the input.
 func matchesOptions() []cel.ProgramOption {
 	var opts []*interpreter.RegexOptimization
 	for _, id := range []string{overloads.Matches, overloads.MatchesString} {
@@ -186,7 +203,7 @@ func matchesOptions() []cel.ProgramOption {
 				if err != nil {
 					return nil, err
 				}
-				return interpreter.NewCall(call.ID(), call.Function(), call.OverloadID(), call.Args(), func(args ...ref.Val) ref.Val {
+				return interpreter.NewCall(call.ID(), call.Function(), constantMatchesOverload, call.Args(), func(args ...ref.Val) ref.Val {
 					if len(args) != 2 {
 						return types.NoSuchOverloadErr()
 					}
@@ -194,21 +211,26 @@ func matchesOptions() []cel.ProgramOption {
 					if !ok {
 						return types.NoSuchOverloadErr()
 					}
-					return c.match(string(s))
+					return c.match(string(s), 0)
 				}), nil
 			},
 		})
 	}
-	charge := func(args []ref.Val, _ ref.Val) *uint64 {
-		cost := uint64(1)
-		if len(args) == 2 {
-			s, ok := args[0].(types.String)
-			p, ok2 := args[1].(types.String)
-			if c, err := cachedPattern(string(p)); ok && ok2 && err == nil {
-				cost = matchCost(uint64(utf8.RuneCountInString(string(s))), c.insts)
+	charge := func(compiled bool) interpreter.FunctionTracker {
+		return func(args []ref.Val, _ ref.Val) *uint64 {
+			cost := uint64(1)
+			if len(args) == 2 {
+				s, ok := args[0].(types.String)
+				p, ok2 := args[1].(types.String)
+				if c, err := cachedPattern(string(p)); ok && ok2 && err == nil {
+					cost = matchCost(uint64(utf8.RuneCountInString(string(s))), c.insts)
+					if !compiled {
+						cost = satAdd(cost, compileCost(c.insts))
+					}
+				}
 			}
+			return &cost
 		}
-		return &cost
 	}
 	// Calls whose pattern is not a constant; the standard library binds
 	// `matches` once for both overloads, which cannot be redefined.
@@ -228,7 +250,8 @@ func matchesOptions() []cel.ProgramOption {
 		cel.CustomDecoratorV2(dynamic),
 		cel.OptimizeRegex(opts...),
 		cel.CostTrackerOptions(
-			interpreter.OverloadCostTracker(overloads.Matches, charge),
-			interpreter.OverloadCostTracker(overloads.MatchesString, charge)),
+			interpreter.OverloadCostTracker(constantMatchesOverload, charge(true)),
+			interpreter.OverloadCostTracker(overloads.Matches, charge(false)),
+			interpreter.OverloadCostTracker(overloads.MatchesString, charge(false))),
 	}
 }
