@@ -26,7 +26,10 @@
 // only that far (ParseJSONPaths), checking and skipping the rest.
 //
 // It evaluates the compiled expressions (Expr) under a cost limit and the
-// caller's context, which reaches every comprehension. Two shortcuts
+// caller's context, which reaches every comprehension. Beyond CEL's own
+// charges, `matches` is charged for the pattern's compiled program (and
+// its compilation, for a pattern of the input; regex.go), and `==`, `!=`
+// and `in` over lists and maps for the values they compare (equality.go). Two shortcuts
 // answer exactly what the whole evaluation would: a condition whose first
 // term compares event.type with literals (==, in a list, startsWith) is
 // false without an evaluation for a type that term refuses, and an
