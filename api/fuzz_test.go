@@ -166,7 +166,9 @@ func FuzzHTTPControl(f *testing.F) {
 
 // FuzzHTTPSessions asks GET /v1/sessions with any query a holder of the
 // token could send. The answer is never a 5xx, and a 200 comes only for a
-// query of known parameters, each once, whose status is a known one.
+// query of known parameters, each once, whose status is a known one; and
+// no listing leaves a consumer behind on the status bucket, where idle
+// ones would pile up to the server's limit and refuse every listing.
 func FuzzHTTPSessions(f *testing.F) {
 	f.Add("status=paused")
 	f.Add("agent=demo&status=blocked")
@@ -174,8 +176,20 @@ func FuzzHTTPSessions(f *testing.F) {
 	f.Add("colour=red")
 	f.Add("status=%zz")
 	f.Add("agent=a&agent=b")
-	_, _, _, base := fuzzService(f)
+	_, js, names, base := fuzzService(f)
 	client := &http.Client{Timeout: 20 * time.Second}
+	statusStream := streams.KVStream(names.BucketStatus())
+	consumers := func(t *testing.T) int {
+		st, err := js.Stream(context.Background(), statusStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
 	known := map[string]bool{"": true}
 	for _, s := range record.Statuses() {
 		known[string(s)] = true
@@ -187,6 +201,7 @@ func FuzzHTTPSessions(f *testing.F) {
 		}
 		req.URL.RawQuery = query
 		req.Header.Set("Authorization", "Bearer "+fuzzToken)
+		before := consumers(t)
 		resp, err := client.Do(req)
 		if err != nil {
 			return // the client refused the URL
@@ -195,6 +210,9 @@ func FuzzHTTPSessions(f *testing.F) {
 		resp.Body.Close()
 		if resp.StatusCode >= 500 {
 			t.Fatalf("?%s: %d %s", query, resp.StatusCode, raw)
+		}
+		if n := consumers(t); n > before {
+			t.Fatalf("?%s: %d consumers on %s after the listing, %d before", query, n, statusStream, before)
 		}
 		if resp.StatusCode != http.StatusOK {
 			return

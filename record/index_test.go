@@ -194,3 +194,36 @@ func TestIndexBuildsFromStatesWithoutVersionNumbers(t *testing.T) {
 		t.Fatalf("indexed as version %d, revision %d; want revision 17 and no number", s.DefinitionVersion, s.DefinitionRevision)
 	}
 }
+
+// TestSelectLeavesNoConsumer lists sessions again and again: each listing
+// removes the consumer it read with, so listings never fill the status
+// bucket's stream up to the server's limit of consumers a stream.
+func TestSelectLeavesNoConsumer(t *testing.T) {
+	js, x := indexEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := streams.Default()
+	if err := x.Set(ctx, "", state("a", "s1", record.StatusWorking, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, streams.KVStream(names.BucketStatus()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []record.Query{{}, {Agent: "a"}, {Status: record.StatusWorking}, {Limit: 1}} {
+		if _, err := record.Select(ctx, js, names, q); err != nil {
+			t.Fatalf("select %+v: %v", q, err)
+		}
+	}
+	after, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State.Consumers != before.State.Consumers {
+		t.Errorf("%d consumers on %s after four listings, %d before", after.State.Consumers, streams.KVStream(names.BucketStatus()), before.State.Consumers)
+	}
+}
