@@ -14,6 +14,7 @@ import (
 	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
+	"github.com/jetloop/jetloop/streams"
 )
 
 // What an event does when its session is busy is its trigger's on_busy,
@@ -135,7 +136,7 @@ func (r *runner) lookForBusyInputs(ctx context.Context) {
 	r.ctlMu.Lock()
 	seq := r.runSeq
 	r.ctlMu.Unlock()
-	m, err := getMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
+	m, err := streams.GetMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
 	if err != nil {
 		return
 	}

@@ -153,7 +153,7 @@ func (s *session) laterTick(ctx context.Context, seq uint64, sched string) (uint
 func (r *runner) laterTick(ctx context.Context, seq uint64, sched string) (uint64, bool) {
 	subject := r.w.names.In(r.ref)
 	for n := 0; n < 1000; n++ {
-		m, err := getMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := streams.GetMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(subject))
 		if err != nil {
 			return 0, false
 		}
