@@ -112,7 +112,93 @@ func boundedStrings() []cel.EnvOption {
 				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
 					return boundedSplit(string(args[0].(types.String)), string(args[1].(types.String)), int64(args[2].(types.Int)))
 				}))),
+		cel.Function("indexOf",
+			cel.MemberOverload("string_index_of_string", []*cel.Type{str, str}, cel.IntType,
+				cel.BinaryBinding(func(s, sub ref.Val) ref.Val {
+					return boundedIndexOf(string(s.(types.String)), string(sub.(types.String)), 0)
+				})),
+			cel.MemberOverload("string_index_of_string_int", []*cel.Type{str, str, cel.IntType}, cel.IntType,
+				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+					return boundedIndexOf(string(args[0].(types.String)), string(args[1].(types.String)), int64(args[2].(types.Int)))
+				}))),
+		cel.Function("lastIndexOf",
+			cel.MemberOverload("string_last_index_of_string", []*cel.Type{str, str}, cel.IntType,
+				cel.BinaryBinding(func(s, sub ref.Val) ref.Val {
+					return boundedLastIndexOf(string(s.(types.String)), string(sub.(types.String)), 0, true)
+				})),
+			cel.MemberOverload("string_last_index_of_string_int", []*cel.Type{str, str, cel.IntType}, cel.IntType,
+				cel.FunctionBinding(func(args ...ref.Val) ref.Val {
+					return boundedLastIndexOf(string(args[0].(types.String)), string(args[1].(types.String)), int64(args[2].(types.Int)), false)
+				}))),
 	}
+}
+
+// searchCost is what the cost tracker charges indexOf and lastIndexOf
+// over s and sub (ext.Strings): a tenth of the product of their lengths,
+// in characters, which is how many characters the search compares.
+func searchCost(s, sub string) uint64 {
+	return satMul(uint64(utf8.RuneCountInString(s)), uint64(utf8.RuneCountInString(sub)))/10 + 1
+}
+
+// boundedIndexOf is ext.Strings' indexOf (from the character at off),
+// stopped at the cost limit before it searches when the tracker's charge
+// for it alone passes CostLimit: the tracker charges it after the search,
+// and the search of a long string for a long substring compares each
+// character of one with each of the other, for seconds.
+func boundedIndexOf(s, sub string, off int64) ref.Val {
+	if searchCost(s, sub) > CostLimit {
+		costLimitExceeded()
+	}
+	if off < 0 {
+		return types.NewErr("index out of range: %d", off)
+	}
+	runes := []rune(s)
+	if sub == "" {
+		return types.Int(min(off, int64(len(runes))))
+	}
+	subs := []rune(sub)
+	for i := off; i <= int64(len(runes)-len(subs)); i++ {
+		if slices.Equal(runes[i:i+int64(len(subs))], subs) {
+			return types.Int(i)
+		}
+	}
+	return types.Int(-1)
+}
+
+// boundedLastIndexOf is ext.Strings' lastIndexOf (at or before the
+// character at off, or from the end), refused before it searches as
+// boundedIndexOf is.
+func boundedLastIndexOf(s, sub string, off int64, fromEnd bool) ref.Val {
+	if searchCost(s, sub) > CostLimit {
+		costLimitExceeded()
+	}
+	runes := []rune(s)
+	if fromEnd {
+		if sub == "" {
+			return types.Int(len(runes))
+		}
+		if len(s) < len(sub) {
+			return types.Int(-1)
+		}
+		off = int64(len(runes) - 1)
+	}
+	if off < 0 {
+		return types.NewErr("index out of range: %d", off)
+	}
+	if sub == "" {
+		return types.Int(min(off, int64(len(runes))))
+	}
+	subs := []rune(sub)
+	if off >= int64(len(runes)) {
+		return types.Int(-1)
+	}
+	off = min(off, int64(len(runes)-len(subs)))
+	for i := off; i >= 0; i-- {
+		if slices.Equal(runes[i:i+int64(len(subs))], subs) {
+			return types.Int(i)
+		}
+	}
+	return types.Int(-1)
 }
 
 // matches is how many times sep occurs in s as strings.Replace and

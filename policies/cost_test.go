@@ -335,3 +335,31 @@ func TestPatternsOfTheEventAreChargedTheirCompilation(t *testing.T) {
 		t.Fatalf("small patterns: %v, %v", ok, err)
 	}
 }
+
+// TestSearchesStopAtTheCostLimit: indexOf and lastIndexOf over 600 000
+// and 6000 characters stop at the cost limit (before they search:
+// TestSearchesStopBeforeTheyRun); a small search answers.
+func TestSearchesStopAtTheCostLimit(t *testing.T) {
+	long := `{"s":"` + strings.Repeat("ab", 300_000) + `","t":"` + strings.Repeat("ab", 3000) + `c"}`
+	for _, when := range []string{
+		`event.data.s.indexOf(event.data.t) > 0`,
+		`event.data.s.indexOf(event.data.t, 1) > 0`,
+		`event.data.s.lastIndexOf(event.data.t) > 0`,
+		`event.data.s.lastIndexOf(event.data.t, 4) > 0`,
+	} {
+		t.Run(when, func(t *testing.T) {
+			c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+				Triggers: []policies.Trigger{{Name: "t", When: when}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, long))
+			if !errors.Is(err, policies.ErrEval) || !strings.Contains(err.Error(), "cost limit") {
+				t.Fatalf("long: %v, %.300v; want ErrEval at the cost limit", ok, err)
+			}
+			if ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"xabcab","t":"ab"}`)); err != nil || !ok {
+				t.Fatalf("short: %v, %v", ok, err)
+			}
+		})
+	}
+}
