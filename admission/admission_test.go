@@ -373,6 +373,15 @@ func TestRecordsAndDeadLetters(t *testing.T) {
 	if recs, _ := admission.Recent(ctx, e.js, e.names, "reviewer", start, 1); len(recs) != 1 || recs[0].Outcome != admission.Failed {
 		t.Fatalf("newest record of reviewer: %+v", recs)
 	}
+	// Each read removes the consumer it read with: the server keeps an
+	// idle one for minutes and allows a stream only so many.
+	if st, err := e.js.Stream(ctx, e.names.StreamAudit()); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil {
+		t.Fatal(err)
+	} else if info.State.Consumers != 0 {
+		t.Fatalf("%s has %d consumers after two reads of its records, want 0", e.names.StreamAudit(), info.State.Consumers)
+	}
 
 	dlq, err := e.js.Stream(ctx, e.names.StreamDLQ())
 	if err != nil {

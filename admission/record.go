@@ -312,6 +312,7 @@ func ReadRecent(ctx context.Context, js jetstream.JetStream, names streams.Names
 	if err != nil {
 		return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)
 	}
+	defer streams.DropConsumer(ctx, js, names.StreamAudit(), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return RecentRead{}, fmt.Errorf("admission: read %s: %w", names.StreamAudit(), err)

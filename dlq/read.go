@@ -106,6 +106,7 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names, f Fi
 	if err != nil {
 		return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)
 	}
+	defer streams.DropConsumer(ctx, js, names.StreamDLQ(), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)

@@ -54,6 +54,15 @@ func TestRedriveTick(t *testing.T) {
 	if ls, _, err := dlq.List(ctx, js, names, dlq.Filter{Reason: dlq.NoSession}); err != nil || len(ls) != 0 {
 		t.Fatalf("list of another reason: %+v, %v", ls, err)
 	}
+	// Each listing removes the consumer it read with: the server keeps
+	// an idle one for minutes and allows a stream only so many.
+	if st, err := js.Stream(ctx, names.StreamDLQ()); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil {
+		t.Fatal(err)
+	} else if info.State.Consumers != 0 {
+		t.Fatalf("%s has %d consumers after two listings, want 0", names.StreamDLQ(), info.State.Consumers)
+	}
 	r, err := dlq.NewRedriver(ctx, js, names, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -242,6 +242,7 @@ func Events(ctx context.Context, js jetstream.JetStream, names streams.Names, ag
 	if err != nil {
 		return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)
 	}
+	defer streams.DropConsumer(ctx, js, names.StreamAudit(), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policies: read %s: %w", names.StreamAudit(), err)

@@ -186,6 +186,15 @@ func TestRolloutFromTheFile(t *testing.T) {
 	if err != nil || len(evs) != 4 {
 		t.Fatalf("audit: %d events %v: %+v", len(evs), err, evs)
 	}
+	// The read removes the consumer it read with: the server keeps an
+	// idle one for minutes and allows a stream only so many.
+	if st, err := js.Stream(ctx, streams.Default().StreamAudit()); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil {
+		t.Fatal(err)
+	} else if info.State.Consumers != 0 {
+		t.Fatalf("JL_AUDIT has %d consumers after a read of its events, want 0", info.State.Consumers)
+	}
 	if evs[1].Rollout == nil || !strings.Contains(evs[1].Summary, "canary v2 at 30% beside stable v1") || evs[3].Ended == nil || !strings.Contains(evs[3].Summary, "promoted") {
 		t.Fatalf("audit events: %+v", evs)
 	}

@@ -280,7 +280,7 @@ func Select(ctx context.Context, js jetstream.JetStream, names streams.Names, q 
 	// The server keeps an idle ordered consumer for minutes and allows a
 	// stream only so many: a listing removes its own, or frequent
 	// listings fill the bucket's stream until no one can list at all.
-	defer dropConsumer(ctx, js, streams.KVStream(bucket), cons)
+	defer streams.DropConsumer(ctx, js, streams.KVStream(bucket), cons)
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return Selection{}, fmt.Errorf("record: read %s: %w", bucket, err)
@@ -324,17 +324,4 @@ func Select(ctx context.Context, js jetstream.JetStream, names streams.Names, q 
 		}
 	}
 	return out, nil
-}
-
-// dropConsumer deletes the server's consumer behind an ordered consumer
-// that has served its read. A failure is left to the server, which drops
-// an idle consumer by itself after its inactive threshold.
-func dropConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = js.DeleteConsumer(ctx, stream, info.Name)
 }

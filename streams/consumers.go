@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -103,4 +104,21 @@ func CtlConsumer(n Names, agent string) (jetstream.ConsumerConfig, error) {
 		MaxDeliver:    -1,
 		MaxAckPending: DefaultCtlMaxAckPending,
 	}, nil
+}
+
+// DropConsumer deletes the server's consumer behind cons, an ordered
+// consumer of stream that has served its read. The server keeps an idle
+// ordered consumer for minutes and allows a stream only so many (1000 by
+// default), so a reader that leaves its own behind makes frequent reads
+// fill the stream until every read fails. A failed delete is left to the
+// server, which drops an idle consumer by itself after its inactive
+// threshold; ctx's cancellation does not stop the delete.
+func DropConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
 }
