@@ -323,7 +323,7 @@ func (a *Admitter) purgedByFire(ctx context.Context, subject, target string, seq
 	from := seq + 1
 	delay := 5 * time.Millisecond
 	for {
-		m, err := streams.GetMsg(ctx, a.in, from, jetstream.WithGetMsgSubject(target))
+		m, err := streams.GetMsg(ctx, a.js, a.in, from, target)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
@@ -387,7 +387,7 @@ func (a *Admitter) droppedUnfired(ctx context.Context, subject, target string, s
 			pending = raw.Sequence >= seq
 		}
 		for from := seq + 1; ; {
-			m, err := streams.GetMsg(ctx, a.in, from, jetstream.WithGetMsgSubject(target))
+			m, err := streams.GetMsg(ctx, a.js, a.in, from, target)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				break
 			}
@@ -424,7 +424,7 @@ func (a *Admitter) droppedUnfired(ctx context.Context, subject, target string, s
 // after sequence after and before sequence before.
 func (a *Admitter) firedBetween(ctx context.Context, subject, target string, after, before uint64) (bool, error) {
 	for from := after + 1; from < before; {
-		m, err := streams.GetMsg(ctx, a.in, from, jetstream.WithGetMsgSubject(target))
+		m, err := streams.GetMsg(ctx, a.js, a.in, from, target)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return false, nil

@@ -16,8 +16,9 @@ import (
 
 // A message whose sender set the headers a direct get adds (all of them
 // or one alone, in the server's form or not) is read where it is stored,
-// by direct get and by the stream's get API: a walk of its subject from
-// each message's sequence on reads every message once and ends.
+// by direct get and by the stream's get API, though the client could not
+// parse what the sender wrote: a walk of its subject from each message's
+// sequence on reads every message once and ends.
 func TestGetMsgTrustsTheServerOverTheMessage(t *testing.T) {
 	ctx := context.Background()
 	srv := natstest.RunServer(t)
@@ -31,6 +32,11 @@ func TestGetMsgTrustsTheServerOverTheMessage(t *testing.T) {
 		"subject":         {jetstream.SubjectHeader: {"x.old"}},
 		"time stamp":      {jetstream.TimeStampHeaer: {stamp}},
 		"lower case":      {"nats-sequence": {"1"}, "NATS-SUBJECT": {"x.old"}},
+		"sequence unread": {jetstream.SequenceHeader: {"x"}},
+		"sequence empty":  {jetstream.SequenceHeader: {""}},
+		"stamp unread":    {jetstream.TimeStampHeaer: {"yesterday"}},
+		"subject empty":   {jetstream.SubjectHeader: {""}},
+		"status":          {"Status": {"404"}},
 	}
 	for _, direct := range []bool{true, false} {
 		name := fmt.Sprintf("D%t", direct)
@@ -67,7 +73,7 @@ func TestGetMsgTrustsTheServerOverTheMessage(t *testing.T) {
 				}
 				var from uint64
 				for i, seq := range want {
-					m, err := streams.GetMsg(ctx, s, from+1, jetstream.WithGetMsgSubject(subj))
+					m, err := streams.GetMsg(ctx, js, s, from+1, subj)
 					if err != nil {
 						t.Fatalf("message %d on %s after %d: %v", i, subj, from, err)
 					}
@@ -82,7 +88,7 @@ func TestGetMsgTrustsTheServerOverTheMessage(t *testing.T) {
 					}
 					from = m.Sequence
 				}
-				if _, err := streams.GetMsg(ctx, s, from+1, jetstream.WithGetMsgSubject(subj)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				if _, err := streams.GetMsg(ctx, js, s, from+1, subj); !errors.Is(err, jetstream.ErrMsgNotFound) {
 					t.Fatalf("after the last message %d on %s: %v, want %v", from, subj, err, jetstream.ErrMsgNotFound)
 				}
 			})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/admission"
 	"github.com/jetloop/jetloop/events"
@@ -136,7 +135,7 @@ func (r *runner) lookForBusyInputs(ctx context.Context) {
 	r.ctlMu.Lock()
 	seq := r.runSeq
 	r.ctlMu.Unlock()
-	m, err := streams.GetMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
+	m, err := streams.GetMsg(ctx, r.w.js, r.w.in, seq+1, r.w.names.In(r.ref))
 	if err != nil {
 		return
 	}

@@ -70,7 +70,7 @@ type ctlInput struct {
 // from JL_CTL or, when a replica lags, from a held delivery.
 func (r *runner) nextControl(ctx context.Context, seq uint64) (*ctlInput, error) {
 	var in *ctlInput
-	m, err := streams.GetMsg(ctx, r.w.ctl, seq+1, jetstream.WithGetMsgSubject(r.w.names.Ctl(r.ref)))
+	m, err := streams.GetMsg(ctx, r.w.js, r.w.ctl, seq+1, r.w.names.Ctl(r.ref))
 	switch {
 	case err == nil:
 		in = &ctlInput{msg: &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, seq: m.Sequence, time: m.Time}
@@ -125,7 +125,7 @@ func (r *runner) findCancel(ctx context.Context) (uint64, bool) {
 	seq := r.applied.Load()
 	subject := r.w.names.Ctl(r.ref)
 	for range maxCtlScan {
-		m, err := streams.GetMsg(ctx, r.w.ctl, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := streams.GetMsg(ctx, r.w.js, r.w.ctl, seq+1, subject)
 		if err != nil {
 			return 0, false
 		}

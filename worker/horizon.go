@@ -39,7 +39,7 @@ func (w *Worker) trimConsumed(ctx context.Context, ref streams.SessionRef, inSeq
 	}
 	// Read after the count: no event after inSeq now means none when it
 	// was counted (sequences only grow), so every counted one is consumed.
-	if _, err := streams.GetMsg(ctx, w.in, inSeq+1, jetstream.WithGetMsgSubject(subject)); err == nil {
+	if _, err := streams.GetMsg(ctx, w.js, w.in, inSeq+1, subject); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("worker: trim consumed events of %s: %w", ref, err)
@@ -48,7 +48,7 @@ func (w *Worker) trimConsumed(ctx context.Context, ref streams.SessionRef, inSeq
 	// The oldest kept: the (remove+1)th oldest event on the subject.
 	var seq uint64
 	for range remove + 1 {
-		m, err := streams.GetMsg(ctx, w.in, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := streams.GetMsg(ctx, w.js, w.in, seq+1, subject)
 		if err != nil {
 			return 0, fmt.Errorf("worker: trim consumed events of %s after %d: %w", ref, seq, err)
 		}

@@ -379,7 +379,7 @@ func (r *runner) keep(ctx, sctx context.Context, cancel context.CancelCauseFunc,
 // delivered to, or taken from a held delivery.
 func (r *runner) nextInput(ctx context.Context, seq uint64) (*input, error) {
 	var in *input
-	m, err := streams.GetMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(r.w.names.In(r.ref)))
+	m, err := streams.GetMsg(ctx, r.w.js, r.w.in, seq+1, r.w.names.In(r.ref))
 	switch {
 	case err == nil:
 		in = &input{subject: m.Subject, header: m.Header, data: m.Data, seq: m.Sequence, time: m.Time}
@@ -454,7 +454,7 @@ func (r *runner) skipOrphans(ctx context.Context, start time.Time) (uint64, erro
 	var seq uint64
 	subject := r.w.names.Ctl(r.ref)
 	for range maxOrphanScan {
-		m, err := streams.GetMsg(ctx, r.w.ctl, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := streams.GetMsg(ctx, r.w.js, r.w.ctl, seq+1, subject)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return seq, nil

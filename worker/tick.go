@@ -8,7 +8,6 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/events"
@@ -153,7 +152,7 @@ func (s *session) laterTick(ctx context.Context, seq uint64, sched string) (uint
 func (r *runner) laterTick(ctx context.Context, seq uint64, sched string) (uint64, bool) {
 	subject := r.w.names.In(r.ref)
 	for n := 0; n < 1000; n++ {
-		m, err := streams.GetMsg(ctx, r.w.in, seq+1, jetstream.WithGetMsgSubject(subject))
+		m, err := streams.GetMsg(ctx, r.w.js, r.w.in, seq+1, subject)
 		if err != nil {
 			return 0, false
 		}
