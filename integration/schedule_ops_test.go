@@ -313,6 +313,11 @@ func TestScheduleCatchupWindow(t *testing.T) {
 				return fmt.Errorf("%s: %+v", s, h)
 			}
 		}
+		// A run's result is recorded once its session has come to rest,
+		// so the resting session below does not yet say it is.
+		if h := e.health(t, "mon", "wide"); h.LastResult != schedule.ResultOK {
+			return fmt.Errorf("wide: last result %q (%s), want %q", h.LastResult, h.LastError, schedule.ResultOK)
+		}
 		if n := len(e.ticks(t, "mon", "wide")); n != 1 {
 			return fmt.Errorf("wide ran %d ticks, want 1", n)
 		}
