@@ -106,13 +106,6 @@ func refOf(subject string) (streams.SessionRef, error) {
 	if err != nil {
 		return streams.SessionRef{}, fmt.Errorf("%w: subject %q: %w", ErrInvalid, clip(subject), err)
 	}
-	// A session no event can name (a control character in its name) is
-	// no session at all: refuse what could never be steered or answered.
-	for _, name := range [...]struct{ what, s string }{{"agent", ref.Agent}, {"session", ref.Session}} {
-		if err := events.CheckString(name.s); err != nil {
-			return streams.SessionRef{}, fmt.Errorf("%w: subject %q: %s name: %w", ErrInvalid, clip(subject), name.what, err)
-		}
-	}
 	if want := names.Ctl(ref); want != subject {
 		return streams.SessionRef{}, fmt.Errorf("%w: subject %q is not a control subject (want %s)", ErrInvalid, clip(subject), clip(want))
 	}

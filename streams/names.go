@@ -530,7 +530,9 @@ func (n Names) RateKey(agent, trigger, key string) (string, error) {
 // Parsing.
 
 // ParseSession returns the session a session subject names: one of In,
-// Ctl, Status or Debounce.
+// Ctl, Status or Debounce. A subject whose agent or session name no event
+// can carry (events.CheckString: a control character, a noncharacter) names
+// no session and is refused.
 func (n Names) ParseSession(subject string) (SessionRef, error) {
 	parts := strings.Split(subject, ".")
 	if len(parts) != 4 || parts[0] != n.p() {
@@ -541,7 +543,17 @@ func (n Names) ParseSession(subject string) (SessionRef, error) {
 	default:
 		return SessionRef{}, fmt.Errorf("streams: %w: %q has kind %q", ErrBadSubject, subject, parts[1])
 	}
-	return parseRef(subject, parts[2], parts[3])
+	ref, err := parseRef(subject, parts[2], parts[3])
+	if err != nil {
+		return SessionRef{}, err
+	}
+	if err := events.CheckString(ref.Agent); err != nil {
+		return SessionRef{}, fmt.Errorf("streams: %w: %q: agent name: %w", ErrBadSubject, subject, err)
+	}
+	if err := events.CheckString(ref.Session); err != nil {
+		return SessionRef{}, fmt.Errorf("streams: %w: %q: session name: %w", ErrBadSubject, subject, err)
+	}
+	return ref, nil
 }
 
 // DLQReason returns the reason a dead letter subject (DLQ) names.

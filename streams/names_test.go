@@ -1,6 +1,7 @@
 package streams_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -67,6 +68,20 @@ func TestParseSessionRoundTrip(t *testing.T) {
 	for _, bad := range []string{"jl.in.a.b", "acme.in.a", "acme.dlq.a.b", "acme.in.a.b=zz"} {
 		if _, err := n.ParseSession(bad); err == nil {
 			t.Errorf("parse %q: no error", bad)
+		}
+	}
+}
+
+func TestParseSessionRefusesNamesNoEventCarries(t *testing.T) {
+	n := streams.Default()
+	for subj, want := range map[string]string{
+		"jl.in.demo.=00":     "session name: control character U+0000",
+		"jl.ctl.demo.a=1Fb":  "session name: control character U+001F",
+		"jl.status.=7F.main": "agent name: control character U+007F",
+	} {
+		_, err := n.ParseSession(subj)
+		if !errors.Is(err, streams.ErrBadSubject) || !strings.Contains(err.Error(), want) {
+			t.Errorf("parse %q: %v, want ErrBadSubject saying %q", subj, err, want)
 		}
 	}
 }

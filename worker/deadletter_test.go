@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jetloop/jetloop/control"
 	"github.com/jetloop/jetloop/dlq"
+	"github.com/jetloop/jetloop/events"
 	"github.com/jetloop/jetloop/internal/natstest"
 	"github.com/jetloop/jetloop/policies"
 	"github.com/jetloop/jetloop/record"
@@ -138,4 +140,40 @@ func TestDeadLetterFailureLeavesInputUnconsumed(t *testing.T) {
 		}
 		return fmt.Errorf("input %d not in the dead letter stream", seq)
 	})
+}
+
+// TestInputForSessionNoEventNamesDeadLettered publishes an event on an
+// input subject whose session token decodes to a control character, a
+// session no event can carry: it goes to JL_DLQ as a bad subject, and no
+// session of that name is started.
+func TestInputForSessionNoEventNamesDeadLettered(t *testing.T) {
+	e := setup(t)
+	def := policies.Definition{Name: "demo", Model: scripted(policies.ScriptEntry{Text: "hi"})}
+	e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
+	ev, err := events.RequestEvent(events.Request{Agent: "demo", Session: "s1", Text: "hello"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := events.ToMsg("jl.in.demo.=00", ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		for _, l := range deadLetters(t, e) {
+			if l.Header.Get(dlq.HeaderReason) == string(dlq.BadSubject) && l.Header.Get(dlq.HeaderSubject) == "jl.in.demo.=00" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no bad_subject dead letter of jl.in.demo.=00")
+	})
+	nul, err := streams.NewSessionRef("demo", "\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := record.Show(context.Background(), e.js, e.names, nul); !errors.Is(err, record.ErrNotFound) {
+		t.Fatalf("the session named NUL: %v, want none", err)
+	}
 }
