@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetloop/jetloop/internal/ports"
 	"github.com/jetloop/jetloop/natsd"
 	"github.com/jetloop/jetloop/streams"
 )
@@ -391,24 +391,17 @@ func (e *env) placed(ctx context.Context, names ...string) (float64, error) {
 	return float64(fewest), nil
 }
 
-// freePorts finds n free loopback ports.
+// freePorts finds n free loopback ports outside the kernel's ephemeral
+// range (ports.Kept), where no outgoing connection takes one: a recovery
+// worker started again on its port finds it free, and a cluster's route
+// port is taken first only by another process's listener. Where the range
+// leaves no room outside it, the kernel chooses them.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("bench: find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	p, _, err := ports.Kept(n)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	return ports, nil
+	return p, nil
 }
 
 func startEnv(ctx context.Context, cfg Config, dir, sync string) (*env, error) {

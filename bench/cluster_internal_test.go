@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"net"
+	"strconv"
 	"testing"
+
+	"github.com/jetloop/jetloop/internal/ports"
 )
 
 // TestClusterStartsAgainOnATakenPort: a route port another process bound
@@ -33,5 +36,36 @@ func TestClusterStartsAgainOnATakenPort(t *testing.T) {
 	defer e.close()
 	if calls != 2 {
 		t.Fatalf("route ports chosen %d times, want 2 (once more after the taken one)", calls)
+	}
+}
+
+// TestRecoveryAddrsAreOutsideTheEphemeralRange: the addresses the
+// recovery measurement starts its workers on, and starts a killed one
+// again on, are none a reconnect's outgoing connection could be given
+// while the worker is down.
+func TestRecoveryAddrsAreOutsideTheEphemeralRange(t *testing.T) {
+	elo, ehi, err := ports.Ephemeral()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := ports.Outside(elo, ehi); !ok {
+		t.Skipf("the ephemeral range %d–%d leaves no room outside it", elo, ehi)
+	}
+	addrs, err := freeAddrs(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if elo <= port && port <= ehi {
+			t.Errorf("address %s is in the ephemeral range %d–%d", a, elo, ehi)
+		}
 	}
 }

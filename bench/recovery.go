@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -177,22 +176,17 @@ func awaitToolIntent(ctx context.Context, e *env, ref streams.SessionRef) (strin
 	return "", fmt.Errorf("%s has no tool step in flight within a minute", ref)
 }
 
-// freeAddrs finds n free loopback addresses.
+// freeAddrs finds n free loopback addresses for workers started again on
+// the same one after a kill (freePorts: outside the ephemeral range, which
+// the workers' reconnects draw from while one is down).
 func freeAddrs(n int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	ps, err := freePorts(n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
 	return out, nil
 }

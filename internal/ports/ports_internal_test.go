@@ -1,11 +1,11 @@
-package natstest
+package ports
 
 import "testing"
 
-// TestOutsideEphemeral: the range FreePorts picks from lies outside the
+// TestOutside: the range Free picks from lies outside the
 // kernel's ephemeral range wherever one holds enough ports, and none is
 // claimed where the ephemeral range takes (nearly) every port.
-func TestOutsideEphemeral(t *testing.T) {
+func TestOutside(t *testing.T) {
 	tests := []struct {
 		name     string
 		elo, ehi int
@@ -21,9 +21,9 @@ func TestOutsideEphemeral(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lo, hi, ok := outsideEphemeral(tt.elo, tt.ehi)
+			lo, hi, ok := Outside(tt.elo, tt.ehi)
 			if ok != tt.ok || ok && (lo != tt.lo || hi != tt.hi) {
-				t.Fatalf("outsideEphemeral(%d, %d) = [%d, %d), %v; want [%d, %d), %v", tt.elo, tt.ehi, lo, hi, ok, tt.lo, tt.hi, tt.ok)
+				t.Fatalf("Outside(%d, %d) = [%d, %d), %v; want [%d, %d), %v", tt.elo, tt.ehi, lo, hi, ok, tt.lo, tt.hi, tt.ok)
 			}
 			if !ok {
 				return
