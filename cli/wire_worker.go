@@ -97,7 +97,7 @@ func workerComponent(ctx context.Context, rt *Runtime, id string) (Component, er
 		return Component{}, err
 	}
 	registry, err := tools.NewRegistry(tools.RegistryOptions{Blobs: blobs, Names: rt.Names, Logger: log, Metrics: reg},
-		workerTools(rt, blobs, gh, in, sessions, trees, horizon)...)
+		workerTools(rt, blobs, gh, tools.Events(rt.JS, in), sessions, trees, horizon)...)
 	if err != nil {
 		return Component{}, err
 	}

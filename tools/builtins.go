@@ -30,8 +30,8 @@ type BuiltinConfig struct {
 	Blobs BlobStore
 	// Names parses blob names (default streams.Default()).
 	Names streams.Names
-	// Events is the JL_IN stream read_event reads; nil: read_event
-	// answers that no event store is configured.
+	// Events reads the JL_IN events read_event reads (Events(js, in));
+	// nil: read_event answers that no event store is configured.
 	Events EventStore
 	// EventHorizon is how many consumed events a session keeps in JL_IN
 	// (worker.Config.EventHorizon), which read_event names when an event

@@ -61,7 +61,7 @@ func TestReadEvent(t *testing.T) {
 		return ack.Sequence
 	}
 	mine, theirs := publish("octo/repo#12"), publish("other")
-	r, err := tools.NewRegistry(tools.RegistryOptions{}, tools.Builtins(tools.BuiltinConfig{Events: in, BlobReadLimit: 4096})...)
+	r, err := tools.NewRegistry(tools.RegistryOptions{}, tools.Builtins(tools.BuiltinConfig{Events: tools.Events(js, in), BlobReadLimit: 4096})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +236,72 @@ func TestReadBlobMaskedResult(t *testing.T) {
 		if res := run(args); !res.IsError || !strings.Contains(res.Content, "past the end") {
 			t.Fatalf("%v: %+v, want an error result", args, res)
 		}
+	}
+}
+
+// read_event reads an event where it is stored, whatever its sender set
+// of the headers a direct get adds: an event of the session naming
+// another session's subject, or without data and with a Status header,
+// is the session's own, and another session's event naming this
+// session's subject is not.
+func TestReadEventTrustsTheServerOverTheEvent(t *testing.T) {
+	js := provisioned(t)
+	ctx := t.Context()
+	names := streams.Default()
+	in, err := js.Stream(ctx, names.StreamIn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _ := streams.NewSessionRef("pr-reviewer", "octo/repo#12")
+	other, _ := streams.NewSessionRef("pr-reviewer", "other")
+	publish := func(ref streams.SessionRef, id, data string, h map[string]string) uint64 {
+		e := event.New()
+		e.SetID(id)
+		e.SetSource("test")
+		e.SetType("com.example.note")
+		if data != "" {
+			if err := e.SetData("text/plain", []byte(data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := events.ToMsg(names.In(ref), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			m.Header.Set(k, v)
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	elsewhere := publish(mine, "e1", "mine, naming the other", map[string]string{jetstream.SubjectHeader: names.In(other)})
+	status := publish(mine, "e2", "", map[string]string{"Status": "503"})
+	intruder := publish(other, "e3", "the other's, naming mine", map[string]string{jetstream.SubjectHeader: names.In(mine)})
+	r, err := tools.NewRegistry(tools.RegistryOptions{}, tools.Builtins(tools.BuiltinConfig{Events: tools.Events(js, in), BlobReadLimit: 4096})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		seq     uint64
+		isError bool
+		want    string
+	}{
+		{"own event naming another session", elsewhere, false, "mine, naming the other"},
+		{"own event with a status", status, false, "bytes 0-0 of 0"},
+		{"another session's event naming this one", intruder, true, "not an event of this session"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := r.Run(ctx, "read_event", call(fmt.Sprintf(`{"seq": %d}`, tt.seq)))
+			if err != nil {
+				t.Fatalf("event %d: %v", tt.seq, err)
+			}
+			if res.IsError != tt.isError || !strings.Contains(res.Content, tt.want) {
+				t.Fatalf("event %d: %+v, want error %t with %q", tt.seq, res, tt.isError, tt.want)
+			}
+		})
 	}
 }

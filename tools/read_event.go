@@ -16,10 +16,31 @@ import (
 	"github.com/jetloop/jetloop/streams"
 )
 
-// EventStore reads admitted events by their JL_IN sequence: the JL_IN
-// stream (jetstream.Stream) satisfies it.
+// EventStore reads admitted events by their JL_IN sequence: Events
+// makes one of the JL_IN stream.
 type EventStore interface {
-	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
+	// Event returns the event at seq, jetstream.ErrMsgNotFound when
+	// there is none.
+	Event(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error)
+}
+
+// Events is the EventStore of stream in (JL_IN), read through js with
+// streams.GetMsg: an event whose sender set the headers a direct get
+// adds, or a Status header, is read as the event stored where it is,
+// not as what those headers say (another session's subject, another
+// sequence, no message at all).
+func Events(js jetstream.JetStream, in jetstream.Stream) EventStore {
+	return streamEvents{js: js, in: in}
+}
+
+// streamEvents reads the events of one stream.
+type streamEvents struct {
+	js jetstream.JetStream
+	in jetstream.Stream
+}
+
+func (s streamEvents) Event(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return streams.GetMsg(ctx, s.js, s.in, seq, "")
 }
 
 const readEventSchema = `{
@@ -79,7 +100,7 @@ func (r *readEvent) Call(ctx context.Context, call Call) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("read_event: %w", err)
 	}
-	m, err := r.events.GetMsg(ctx, seq)
+	m, err := r.events.Event(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		if r.horizon > 0 {
 			return errResult("read_event: no event %d is kept: a session keeps the newest %d of the events it consumed (the read_event horizon), and older ones are removed; what the conversation shows of an older one is what remains of it", seq, r.horizon), nil

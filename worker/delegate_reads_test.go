@@ -22,7 +22,7 @@ func TestDelegateReadEventKeepsReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := worker.ToolMap{}
-	for _, tool := range tools.Builtins(tools.BuiltinConfig{Events: in, Names: e.names, ShellGrace: time.Second}) {
+	for _, tool := range tools.Builtins(tools.BuiltinConfig{Events: tools.Events(e.js, in), Names: e.names, ShellGrace: time.Second}) {
 		if n := tool.Spec().Name; n == "delegate" || n == "read_event" {
 			m[n] = tool
 		}

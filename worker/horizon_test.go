@@ -82,7 +82,7 @@ func TestConsumedEventsPastTheHorizonAreTrimmed(t *testing.T) {
 		t.Fatalf("the transcript holds %d of the 6 events", users)
 	}
 	var readEvent tools.Tool
-	for _, tool := range tools.Builtins(tools.BuiltinConfig{Events: in, Names: e.names, EventHorizon: 3}) {
+	for _, tool := range tools.Builtins(tools.BuiltinConfig{Events: tools.Events(e.js, in), Names: e.names, EventHorizon: 3}) {
 		if tool.Spec().Name == "read_event" {
 			readEvent = tool
 		}
