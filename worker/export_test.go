@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jetloop/jetloop/record"
 	"github.com/jetloop/jetloop/streams"
 	"github.com/jetloop/jetloop/window"
 )
@@ -34,4 +35,10 @@ func OnRequestBuilt(t testing.TB, f func(got, whole window.Context, appended boo
 // is inSeq.
 func (w *Worker) TrimConsumed(ctx context.Context, ref streams.SessionRef, inSeq uint64) (uint64, error) {
 	return w.trimConsumed(ctx, ref, inSeq)
+}
+
+// InputLeft is inputLeft: whether the session has input after the
+// sequences st records consumed.
+func (w *Worker) InputLeft(ctx context.Context, ref streams.SessionRef, st record.State) (bool, error) {
+	return w.inputLeft(ctx, ref, st)
 }

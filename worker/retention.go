@@ -333,7 +333,7 @@ func (w *Worker) inputLeft(ctx context.Context, ref streams.SessionRef, st recor
 		{w.in, w.names.In(ref), st.InSeq},
 		{w.ctl, w.names.Ctl(ref), st.CtlSeq},
 	} {
-		m, err := c.s.GetLastMsgForSubject(ctx, c.subj)
+		m, err := streams.GetLastMsg(ctx, w.js, c.s, c.subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
