@@ -45,7 +45,7 @@ func (s *Service) CheckControl(ctx context.Context, ref streams.SessionRef, m co
 		// An event waiting in JL_IN starts the session when a worker takes
 		// it, and the message applies then: the session is as good as
 		// there, idle.
-		if _, err := s.in.GetLastMsgForSubject(ctx, s.names.In(ref)); err != nil {
+		if _, err := streams.GetLastMsg(ctx, s.js, s.in, s.names.In(ref)); err != nil {
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return errorf(http.StatusNotFound, "%s %s: no session %s: a control message acts on a session an event started (jetloop send starts one)", m.Verb, ref, ref)
 			}
@@ -142,7 +142,7 @@ func (s *Service) state(ctx context.Context, ref streams.SessionRef) (record.Sta
 // first was applied is answered as the first was, not refused because the
 // first changed the session.
 func (s *Service) retried(ctx context.Context, ref streams.SessionRef, m control.Message) (uint64, bool) {
-	raw, err := s.ctl.GetLastMsgForSubject(ctx, s.names.Ctl(ref))
+	raw, err := streams.GetLastMsg(ctx, s.js, s.ctl, s.names.Ctl(ref))
 	if err != nil {
 		return 0, false
 	}
