@@ -130,16 +130,33 @@ func isDirectGet(k string) bool {
 	return false
 }
 
+// statusHeaders are the headers a status reply of the server carries: a
+// client reads a message that has one and no data (every message of a
+// headers-only read) as that status, not as a message.
+var statusHeaders = []string{"Status", "Description"}
+
+// isStatus reports whether k is one of statusHeaders.
+func isStatus(k string) bool {
+	for _, d := range statusHeaders {
+		if strings.EqualFold(k, d) {
+			return true
+		}
+	}
+	return false
+}
+
 // Header copies h for a dead letter: every Nats-* header but the message
-// id moves under an OrigPrefix name; those a direct get added are left
-// out.
+// id, and a Status or Description its sender set, moves under an
+// OrigPrefix name; those a direct get added are left out. A letter
+// keeping the sender's Status: 503 would read, listed headers only, as no
+// responders, and a 404 or 408 as the end of the listing.
 func Header(h nats.Header) nats.Header {
 	out := nats.Header{}
 	for k, v := range h {
 		if isDirectGet(k) {
 			continue
 		}
-		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr) {
+		if len(k) > 5 && strings.EqualFold(k[:5], "Nats-") && !strings.EqualFold(k, nats.MsgIdHdr) || isStatus(k) {
 			k = OrigPrefix + k
 		}
 		out[k] = append(out[k], v...)

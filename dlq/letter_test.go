@@ -32,6 +32,13 @@ func TestHeader(t *testing.T) {
 			renamed: map[string]string{"Jl-Orig-Nats-TTL": "never", "Jl-Orig-nats-rollup": "sub"},
 		},
 		{
+			name:    "a status its sender set, in any case",
+			in:      nats.Header{"Status": {"503"}, "description": {"No Responders"}, "Ce-Id": {"x"}},
+			keep:    map[string]string{"Ce-Id": "x"},
+			dropped: []string{"Status", "description"},
+			renamed: map[string]string{"Jl-Orig-Status": "503", "Jl-Orig-description": "No Responders"},
+		},
+		{
 			name: "message id kept for dedupe",
 			in:   nats.Header{"Nats-Msg-Id": {"delivery-1"}},
 			keep: map[string]string{"Nats-Msg-Id": "delivery-1"},

@@ -154,7 +154,9 @@ func Get(ctx context.Context, js jetstream.JetStream, names streams.Names, seq u
 	if err != nil {
 		return Letter{}, fmt.Errorf("dlq: open %s: %w", names.StreamDLQ(), err)
 	}
-	m, err := s.GetMsg(ctx, seq)
+	// A letter stored before its sender's Status moved under OrigPrefix
+	// still holds it: GetMsg reads it as a message.
+	m, err := streams.GetMsg(ctx, js, s, seq, "")
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return Letter{}, fmt.Errorf("%w: %d", ErrNotFound, seq)
