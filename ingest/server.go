@@ -264,9 +264,22 @@ func (s *Server) Request(ctx context.Context, r events.Request, receiver string)
 		s.m.refused.WithLabelValues(receiver, strconv.Itoa(Status(err))).Inc()
 		return nil, err
 	}
-	s.log.Info("event accepted", "receiver", receiver, "id", e.ID(), "type", e.Type(), "source", e.Source(),
-		"duplicate", res.Duplicate, "admitted", len(res.Admitted))
+	logAccepted(s.log, receiver, e, res)
 	return res, nil
+}
+
+// logAccepted logs that the event e that came through receiver was
+// handled, with res: the attributes built as slog.Attr, not boxed in a
+// slice of any and converted again, and not at all when the level is
+// off. As Logger.Info, it logs without a context.
+func logAccepted(log *slog.Logger, receiver string, e event.Event, res *Result) {
+	ctx := context.Background()
+	if !log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "event accepted", slog.String("receiver", receiver), slog.String("id", e.ID()),
+		slog.String("type", e.Type()), slog.String("source", e.Source()),
+		slog.Bool("duplicate", res.Duplicate), slog.Int("admitted", len(res.Admitted)))
 }
 
 // requestDigest names what a sender sent with an id it may reuse.
@@ -304,10 +317,13 @@ type answer struct {
 // the body read at the gate's minimum rate within the request's deadline,
 // the body limit, metrics, and the mapping of errors to statuses.
 func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, recv receive) http.Handler {
+	// The receiver's own series, looked up once rather than per request
+	// (each lookup hashes the label and takes the vector's lock).
+	received, seconds := s.m.received.WithLabelValues(name), s.m.seconds.WithLabelValues(name)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.cfg.Now()
-		s.m.received.WithLabelValues(name).Inc()
-		defer func() { s.m.seconds.WithLabelValues(name).Observe(s.cfg.Now().Sub(start).Seconds()) }()
+		received.Inc()
+		defer func() { seconds.Observe(s.cfg.Now().Sub(start).Seconds()) }()
 		if err := pre(r); err != nil {
 			gate.Unread(w)
 			s.fail(w, name, err)
@@ -350,8 +366,7 @@ func (s *Server) receiver(name string, maxBody int, pool *gate.Pool, pre admit, 
 			s.fail(w, name, err)
 			return
 		}
-		s.log.Info("event accepted", "receiver", name, "id", e.ID(), "type", e.Type(), "source", e.Source(),
-			"duplicate", res.Duplicate, "admitted", len(res.Admitted))
+		logAccepted(s.log, name, e, res)
 		writeJSON(w, http.StatusAccepted, res)
 		// Every message that shares the body is acknowledged: its memory
 		// can hold the next request's.
