@@ -168,7 +168,7 @@ func eventWithData(t *testing.T, data string) policies.Vars {
 }
 
 // TestMatchesIsChargedForItsPatternsProgram: a pattern short in text but
-// large once compiled, such as (a|b){1000}c, is charged for its program
+// large once compiled, such as (a|b){0,1000}c, is charged for its program
 // over a long string and stops at the cost limit before it runs (RE2 takes
 // seconds over 100 KB), whether the pattern is the rule's or the event's,
 // and whatever the rest of the condition would absorb; over a short string
@@ -182,10 +182,10 @@ func TestMatchesIsChargedForItsPatternsProgram(t *testing.T) {
 		refused  bool // at the cost limit over the long body
 		overLong bool // the result over the long body when not refused
 	}{
-		{when: `event.data.body.matches("(a|b){1000}c")`, refused: true},
-		{when: `matches(event.data.body, "(a|b){1000}c")`, refused: true},
+		{when: `event.data.body.matches("(a|b){0,1000}c")`, refused: true},
+		{when: `matches(event.data.body, "(a|b){0,1000}c")`, refused: true},
 		{when: `event.data.body.matches(event.data.p)`, refused: true},
-		{when: `event.data.body.matches("(a|b){1000}c") || true`, refused: true},
+		{when: `event.data.body.matches("(a|b){0,1000}c") || true`, refused: true},
 		{when: `true && !event.data.body.matches(event.data.p)`, refused: true},
 		{when: `event.data.title.matches("^(feat|fix|chore)(\\(.+\\))?: ")`, overLong: true},
 		{when: `event.data.body.matches("(?i)urgent|p0")`},
@@ -211,6 +211,44 @@ func TestMatchesIsChargedForItsPatternsProgram(t *testing.T) {
 				t.Fatalf("short body: %v", err)
 			}
 		})
+	}
+}
+
+// TestPatternTooLongToMatchWithinTheLimitIsRefused: a constant pattern
+// every string it matches is so long that matching one costs more than
+// the cost limit, such as (a|b){1000}c (1001 characters at least, 3003
+// instructions), could never be true: it is refused when its rule loads,
+// with the rule's field and line, saying so. One that matches short
+// strings with the same program loads; the same pattern supplied by an
+// event is false over a string too short for it.
+func TestPatternTooLongToMatchWithinTheLimitIsRefused(t *testing.T) {
+	for _, p := range []string{`(a|b){1000}c`, `^x{700}y{700}$`, `(?:foo|bar){400}`} {
+		y := fmt.Sprintf("name: a\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: '!event.data.s.matches(\"%s\")'\n", p)
+		_, err := policies.Parse("agent.yaml", []byte(y))
+		errs := policies.Errors(err)
+		if !errors.Is(err, policies.ErrInvalid) || len(errs) != 1 || errs[0].Line != 5 || errs[0].Field != "triggers[0].when" ||
+			!strings.Contains(err.Error(), "more than the cost limit of 100000 for any input") {
+			t.Fatalf("%s: got %v; want the rule refused for a pattern that cannot match within the cost limit", p, err)
+		}
+		t.Log(err)
+	}
+	for _, p := range []string{`(a|b){0,1000}c`, `c|(a|b){1000}c`, `^(a|b){1,100}c$`} {
+		y := fmt.Sprintf("name: a\nmodel: {provider: scripted}\ntriggers:\n  - name: t\n    when: 'event.data.s.matches(\"%s\")'\n", p)
+		c, err := policies.Parse("agent.yaml", []byte(y))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"abc"}`)); err != nil || !ok {
+			t.Fatalf("%s over abc: %v, %v; want a match", p, ok, err)
+		}
+	}
+	c, err := policies.Compile(policies.Definition{Name: "a", Model: policies.Model{Provider: "scripted"},
+		Triggers: []policies.Trigger{{Name: "t", When: `event.data.s.matches(event.data.p)`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Triggers[0].Admits(context.Background(), eventWithData(t, `{"s":"ababc","p":"(a|b){1000}c"}`)); err != nil || ok {
+		t.Fatalf("the event's pattern over a short string: %v, %v; want false", ok, err)
 	}
 }
 

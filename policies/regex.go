@@ -125,6 +125,10 @@ const maxCachedPatterns = 256
 // their programs are planned, for the cost tracker to charge by.
 var constantPatterns sync.Map // string -> *regexProg
 
+// constantPattern compiles a pattern of a rule's text. Besides what
+// compilePattern refuses, it refuses a pattern every string it matches is
+// too long for: matching one costs more than CostLimit, so the call could
+// only ever be false or stop the evaluation, never true.
 func constantPattern(p string) (*regexProg, error) {
 	if c, ok := constantPatterns.Load(p); ok {
 		return c.(*regexProg), nil
@@ -133,8 +137,60 @@ func constantPattern(p string) (*regexProg, error) {
 	if err != nil {
 		return nil, err
 	}
+	parsed, err := syntax.Parse(p, syntax.Perl)
+	if err != nil {
+		return nil, fmt.Errorf("pattern %q: %w", p, err)
+	}
+	if n, ok := minMatchLen(parsed); ok {
+		if cost := matchCost(n, c.insts); cost > CostLimit {
+			return nil, fmt.Errorf("pattern %q cannot match within the cost limit: every string it matches has at least %d characters, and matching one with its %d instructions costs at least %d, more than the cost limit of %d for any input; simplify its repetitions",
+				p, n, c.insts, cost, CostLimit)
+		}
+	}
 	constantPatterns.Store(p, c)
 	return c, nil
+}
+
+// minMatchLen is the fewest characters of a string re matches: a string
+// holding a match holds at least that many. ok is false for a pattern
+// that matches no string at all (an empty character class).
+func minMatchLen(re *syntax.Regexp) (n uint64, ok bool) {
+	const none = ^uint64(0)
+	var size func(re *syntax.Regexp) uint64
+	size = func(re *syntax.Regexp) uint64 {
+		switch re.Op {
+		case syntax.OpNoMatch:
+			return none
+		case syntax.OpLiteral:
+			return uint64(len(re.Rune))
+		case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+			return 1
+		case syntax.OpCapture, syntax.OpPlus:
+			return size(re.Sub[0])
+		case syntax.OpRepeat:
+			if re.Min == 0 {
+				return 0
+			}
+			return satMul(size(re.Sub[0]), uint64(re.Min))
+		case syntax.OpConcat:
+			var sum uint64
+			for _, s := range re.Sub {
+				sum = satAdd(sum, size(s))
+			}
+			return sum
+		case syntax.OpAlternate:
+			least := none
+			for _, s := range re.Sub {
+				least = min(least, size(s))
+			}
+			return least
+		}
+		// OpEmptyMatch, OpStar, OpQuest and the assertions (^, $, \b, ...)
+		// match the empty string.
+		return 0
+	}
+	n = size(re)
+	return n, n != none
 }
 
 func cachedPattern(p string) (*regexProg, error) {
