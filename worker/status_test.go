@@ -74,3 +74,56 @@ func TestEventWithAStatusHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestEventThatReadsAsTheConsumersEnd sends a session an event without
+// data whose sender set the Status and Description the server ends a
+// pull with when the consumer is gone: the client stops consuming when
+// it is delivered. The worker consumes again, so another session of the
+// agent runs, and the session the event was for runs its next event.
+func TestEventThatReadsAsTheConsumersEnd(t *testing.T) {
+	for _, h := range []map[string]string{
+		{"Status": "409", "Description": "Consumer Deleted"},
+		{"Status": "400", "Description": "Bad Request"},
+	} {
+		t.Run(h["Status"], func(t *testing.T) {
+			e := setup(t)
+			ctx := context.Background()
+			def := policies.Definition{Name: "demo", Model: scripted(
+				policies.ScriptEntry{Text: "one"}, policies.ScriptEntry{Text: "two"}, policies.ScriptEntry{Text: "three"})}
+			e.start(t, worker.Config{Definitions: defs{"demo": def}, Agents: []string{"demo"}})
+			ref := e.ref(t, "demo", "s1")
+			e.send(t, ref, "first")
+			e.waitStatus(t, ref, record.StatusDone)
+
+			ev := event.New()
+			ev.SetID("ping-1")
+			ev.SetSource("test")
+			ev.SetType("com.example.ping")
+			m, err := events.ToMsg(e.names.In(ref), ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range h {
+				m.Header.Set(k, v)
+			}
+			ack, err := e.js.PublishMsg(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := e.ref(t, "demo", "s2")
+			e.send(t, other, "hello")
+			e.waitStatus(t, other, record.StatusDone)
+			last := e.send(t, ref, "last")
+			natstest.WaitFor(t, 30*time.Second, func() error {
+				tr, err := record.Show(ctx, e.js, e.names, ref)
+				if err != nil {
+					return err
+				}
+				if tr.Status != record.StatusDone || tr.InSeq < last {
+					return fmt.Errorf("status %s, consumed to %d, want done at %d (event with %v at %d)", tr.Status, tr.InSeq, last, h, ack.Sequence)
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -359,26 +359,65 @@ func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
 	return func() { stopIn(); stopCtl(); stopRetain() }, nil
 }
 
-// consumeStream creates one durable consumer and consumes it.
+// consumeStream creates one durable consumer and consumes it until the
+// returned func is called. The client stops consuming on its own when a
+// delivery reads as the server's word that it must (409 Consumer Deleted,
+// 400 Bad Request): a stored message without data whose sender set those
+// headers reads so, and would stop the agent's events or control
+// messages on every worker it reaches, for good. The consumer is then
+// created and consumed again, a second later.
 func (w *Worker) consumeStream(ctx context.Context, agent, stream string, cc jetstream.ConsumerConfig, ctl bool) (func(), error) {
 	cc.AckWait = w.cfg.AckWait
-	c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
-	if err != nil {
-		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, stream, err)
-	}
 	log := w.log.With("agent", agent, "stream", stream)
-	cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m, ctl) },
-		jetstream.PullMaxMessages(64),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) || ctx.Err() == nil {
-				log.Warn("consumer", "err", err)
-			}
-		}))
+	start := func() (jetstream.ConsumeContext, error) {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
+		if err != nil {
+			return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, stream, err)
+		}
+		cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m, ctl) },
+			jetstream.PullMaxMessages(64),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				if !errors.Is(err, jetstream.ErrNoHeartbeat) || ctx.Err() == nil {
+					log.Warn("consumer", "err", err)
+				}
+			}))
+		if err != nil {
+			return nil, fmt.Errorf("worker: consume %s on %s: %w", cc.Durable, stream, err)
+		}
+		return cctx, nil
+	}
+	cctx, err := start()
 	if err != nil {
-		return nil, fmt.Errorf("worker: consume %s on %s: %w", cc.Durable, stream, err)
+		return nil, err
 	}
 	log.Info("consuming", "consumer", cc.Durable)
-	return cctx.Stop, nil
+	stop, done := make(chan struct{}), make(chan struct{})
+	w.wg.Go(func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				cctx.Stop()
+				return
+			case <-cctx.Closed():
+			}
+			log.Warn("the client stopped consuming; consuming again", "consumer", cc.Durable)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Second):
+				}
+				c, err := start()
+				if err == nil {
+					cctx = c
+					break
+				}
+				log.Warn("consume again", "consumer", cc.Durable, "err", err)
+			}
+		}
+	})
+	return sync.OnceFunc(func() { close(stop); <-done }), nil
 }
 
 // dispatch hands one delivery to the session's runner, starting one if
