@@ -25,7 +25,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict (409): the request does not fit the state of what it
 	// addresses: an approve of a call that is not pending, a fork onto a
-	// session that exists.
+	// session that exists, a redrive of a dead letter that names nowhere
+	// to go back to.
 	ErrConflict = errors.New("conflict")
 	// ErrNotAdmitted (422): a request the addressed agent does not take
 	// (requests: off, or no trigger admits it); the message says why.
@@ -88,6 +89,8 @@ func classify(err error) *Error {
 		return &Error{Code: http.StatusBadRequest, Message: err.Error()}
 	case errors.Is(err, record.ErrNotFound), errors.Is(err, policies.ErrNotFound), errors.Is(err, schedule.ErrNotFound), errors.Is(err, dlq.ErrNotFound):
 		return &Error{Code: http.StatusNotFound, Message: err.Error()}
+	case errors.Is(err, dlq.ErrCannotRedrive):
+		return &Error{Code: http.StatusConflict, Message: err.Error()}
 	case errors.Is(err, dlq.ErrNoReadmit):
 		return &Error{Code: http.StatusServiceUnavailable, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):

@@ -632,6 +632,13 @@ func (s *Service) deadLetters(ctx context.Context, req DLQRequest) (DLQResponse,
 		out := DLQResponse{Letters: []dlq.Letter{}, Redriven: []dlq.Redriven{}}
 		for _, seq := range seqs {
 			r, err := s.redriver.Redrive(ctx, seq)
+			if errors.Is(err, dlq.ErrCannotRedrive) && len(req.Seqs) == 0 {
+				// Selected by a filter, not named: the letter is left
+				// where it is, said so, and the rest go on.
+				out.NotRedriven = append(out.NotRedriven, NotRedriven{Letter: seq, Why: err.Error()})
+				s.log.Warn("dead letter not redriven", "letter", seq, "err", err)
+				continue
+			}
 			if err != nil {
 				if len(out.Redriven) > 0 {
 					err = fmt.Errorf("%w (letters redriven before it: %d)", err, len(out.Redriven))

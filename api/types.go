@@ -268,7 +268,9 @@ type DLQRequest struct {
 	// Seqs are the letters (JL_DLQ sequences) to show (one) or redrive.
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// Reason, Since and Agent select letters to list, or to redrive when
-	// no Seqs are given (a redrive by filter needs at least one of them).
+	// no Seqs are given (a redrive by filter needs at least one of them;
+	// it skips the letters that cannot be redriven and goes on, listing
+	// them in NotRedriven).
 	// With Seqs, they, From and Limit are refused (400), never ignored.
 	Reason string    `json:"reason,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
@@ -286,4 +288,18 @@ type DLQResponse struct {
 	// Next is the From of the next page of a listing; 0: the last page.
 	Next     uint64         `json:"next,omitempty"`
 	Redriven []dlq.Redriven `json:"redriven,omitempty"`
+	// NotRedriven are the letters a redrive by filter selected and left
+	// where they are, as they name nowhere to go back to
+	// (dlq.ErrCannotRedrive: a bad_subject letter's subject names no
+	// session), each with why. A letter named by sequence is refused
+	// instead (409).
+	NotRedriven []NotRedriven `json:"not_redriven,omitempty"`
+}
+
+// NotRedriven is a letter a redrive by filter did not put back.
+type NotRedriven struct {
+	// Letter is the letter's JL_DLQ sequence.
+	Letter uint64 `json:"letter"`
+	// Why says why it cannot be redriven.
+	Why string `json:"why"`
 }

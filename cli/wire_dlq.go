@@ -139,6 +139,15 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 				fmt.Fprintf(env.Stdout, "letter %d: admitted again to %s\n", r.Letter, orDash(strings.Join(r.Admitted, ", ")))
 			}
 		}
+		for _, n := range resp.NotRedriven {
+			// Beside the JSON array of redrives, not in it: its shape
+			// is a contract.
+			out := env.Stdout
+			if cf.json {
+				out = env.Stderr
+			}
+			fmt.Fprintf(out, "letter %d: not redriven: %s\n", n.Letter, n.Why)
+		}
 		if cf.json && resp.Redriven != nil {
 			if jerr := writeJSON(env, resp.Redriven); jerr != nil {
 				return jerr
@@ -147,7 +156,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if len(resp.Redriven) == 0 && !cf.json {
+		if len(resp.Redriven) == 0 && len(resp.NotRedriven) == 0 && !cf.json {
 			fmt.Fprintln(env.Stdout, "no letters selected")
 		}
 		return nil

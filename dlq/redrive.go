@@ -29,6 +29,12 @@ const redriveSource = "dlq-redrive"
 // redriven, and this process has none.
 var ErrNoReadmit = errors.New("dlq: redriving an event admission could not decide needs the ingest's admission, which this process does not run")
 
+// ErrCannotRedrive: the letter names nowhere to put its original back (its
+// subject names no session, as a bad_subject letter's does, or it is a
+// letter of admission that names no rule). Redriving it again meets the
+// same answer; the letter stays in JL_DLQ for show.
+var ErrCannotRedrive = errors.New("dlq: dead letter cannot be redriven")
+
 // Readmit runs e, an event admission could not decide for agent, through
 // admission again for that agent alone, publishes what it admits (with
 // the Nats-Msg-Id the first admission would have used) and returns the
@@ -78,7 +84,8 @@ func NewRedriver(ctx context.Context, js jetstream.JetStream, names streams.Name
 // admission for the rule's agent. The published message's Nats-Msg-Id
 // names the letter, and the redrive is recorded in jl_dedupe: a second
 // redrive of one letter publishes nothing and answers the first's
-// Redriven with Duplicate set.
+// Redriven with Duplicate set. A letter that names nowhere to go back to
+// is refused with ErrCannotRedrive.
 func (r *Redriver) Redrive(ctx context.Context, seq uint64) (Redriven, error) {
 	id := strconv.FormatUint(seq, 10)
 	if ent, ok, err := r.seen.Seen(ctx, redriveSource, id); err != nil {
@@ -130,7 +137,7 @@ func (r *Redriver) Redrive(ctx context.Context, seq uint64) (Redriven, error) {
 func (r *Redriver) original(l Letter) (*nats.Msg, string, error) {
 	ref, err := r.names.ParseSession(l.Subject)
 	if err != nil {
-		return nil, "", fmt.Errorf("dlq: letter %d: %w", l.Seq, err)
+		return nil, "", fmt.Errorf("%w: letter %d: its subject names no session to put it back to (%w)", ErrCannotRedrive, l.Seq, err)
 	}
 	var stream string
 	switch l.Subject {
@@ -139,7 +146,7 @@ func (r *Redriver) original(l Letter) (*nats.Msg, string, error) {
 	case r.names.Ctl(ref):
 		stream = r.names.StreamCtl()
 	default:
-		return nil, "", fmt.Errorf("dlq: letter %d came from %s, which is neither an input nor a control subject", l.Seq, l.Subject)
+		return nil, "", fmt.Errorf("%w: letter %d came from %s, which is neither an input nor a control subject", ErrCannotRedrive, l.Seq, l.Subject)
 	}
 	h := nats.Header{}
 	var scheduler, next string
@@ -175,7 +182,7 @@ func (r *Redriver) redriveAdmission(ctx context.Context, l Letter) ([]string, er
 	}
 	agent, _, ok := strings.Cut(l.Rule, "/")
 	if !ok || agent == "" {
-		return nil, fmt.Errorf("dlq: letter %d names no rule (%s header): it cannot be admitted again", l.Seq, RuleHeader)
+		return nil, fmt.Errorf("%w: letter %d names no rule (%s header) to admit it again for", ErrCannotRedrive, l.Seq, RuleHeader)
 	}
 	e, err := events.FromMsg(&nats.Msg{Subject: l.Subject, Header: l.Header, Data: l.Data})
 	if err != nil {
