@@ -127,3 +127,46 @@ func TestRedriveOfALetterWhoseSubjectNamesNoSession(t *testing.T) {
 	}
 }
 
+// TestLetterWhoseSubjectNamesNoSessionIsNobodys: a bad_subject letter is
+// listed under no session, whatever session its event claims, so a
+// listing by agent does not show it to that agent (nor a redrive by
+// agent select it); show keeps the claim in its headers. An event
+// admission could not decide, which was on no subject, is still listed
+// under the session its extensions name.
+func TestLetterWhoseSubjectNamesNoSessionIsNobodys(t *testing.T) {
+	h := start(t, api.Config{})
+	do := httpAPI(t, h)
+	bad := h.deadLetter(t, dlq.BadSubject, badSubjects[0])
+	subj, err := h.names.DLQ(string(dlq.RuleError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := &nats.Msg{Subject: subj, Header: nats.Header{"Ce-Id": []string{"r-1"}, "Ce-Jlagent": []string{"demo"}, "Ce-Jlsession": []string{"s1"},
+		dlq.RuleHeader: []string{"demo/request"}, dlq.HeaderReason: []string{string(dlq.RuleError)}}, Data: []byte(`{}`)}
+	ack, err := h.js.PublishMsg(ctx(t), adm, jetstream.WithExpectStream(h.names.StreamDLQ()))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	code, body := do(http.MethodGet, "/v1/dlq?agent=demo")
+	var ls api.DLQResponse
+	if err := json.Unmarshal(body, &ls); code != http.StatusOK || err != nil {
+		t.Fatalf("list by agent: %d %s", code, body)
+	}
+	if len(ls.Letters) != 1 || ls.Letters[0].Seq != ack.Sequence || ls.Letters[0].Agent != "demo" || ls.Letters[0].Session != "s1" {
+		t.Errorf("letters of demo: %+v, want letter %d of admission only, for demo/s1", ls.Letters, ack.Sequence)
+	}
+	code, body = do(http.MethodGet, "/v1/dlq/"+strconv.FormatUint(bad, 10))
+	var shown api.DLQResponse
+	if err := json.Unmarshal(body, &shown); code != http.StatusOK || err != nil || len(shown.Letters) != 1 {
+		t.Fatalf("show %d: %d %s", bad, code, body)
+	}
+	l := shown.Letters[0]
+	if l.Agent != "" || l.Session != "" || l.Subject != badSubjects[0] || l.Header.Get("Ce-Jlsession") != "s1" {
+		t.Errorf("letter of %s: agent %q, session %q, subject %q, headers %v; want no session, the claim in its headers", badSubjects[0], l.Agent, l.Session, l.Subject, l.Header)
+	}
+	resp, err := h.client.DLQ(ctx(t), api.DLQRequest{Action: api.DLQRedrive, Agent: "demo", Reason: string(dlq.BadSubject)})
+	if err != nil || len(resp.Redriven) != 0 || len(resp.NotRedriven) != 0 {
+		t.Errorf("redrive of demo's bad_subject letters: %+v, %v; want none selected", resp, err)
+	}
+}

@@ -39,8 +39,11 @@ type Letter struct {
 	// decide, which was in no stream.
 	Subject string `json:"subject,omitempty"`
 	OrigSeq uint64 `json:"orig_seq,omitempty"`
-	// Agent and Session are the session the original was for, when its
-	// subject or extensions name one.
+	// Agent and Session are the session the original was for: the one
+	// its subject names; for an event admission could not decide, the
+	// one its extensions name, or its rule's agent. A letter whose
+	// subject names no session (bad_subject) has none, whatever session
+	// its event claims (that stays in Header).
 	Agent   string `json:"agent,omitempty"`
 	Session string `json:"session,omitempty"`
 	// EventID, EventType and Source are the original CloudEvent's.
@@ -185,11 +188,19 @@ func letter(names streams.Names, seq uint64, t time.Time, subject string, h nats
 		l.Reason = Reason(r)
 	}
 	l.OrigSeq, _ = strconv.ParseUint(h.Get(HeaderSeq), 10, 64)
-	if ref, err := names.ParseSession(l.Subject); err == nil {
-		l.Agent, l.Session = ref.Agent, ref.Session
-	} else {
-		l.Agent, l.Session = hget(h, "ce-"+events.ExtAgent), hget(h, "ce-"+events.ExtSession)
+	if l.Subject != "" {
+		// A worker's input: its subject is where it was, and says whose
+		// it is. One whose subject names no session (bad_subject) is
+		// nobody's: the session its event claims is only the sender's
+		// word, and stays in its headers, for show.
+		if ref, err := names.ParseSession(l.Subject); err == nil {
+			l.Agent, l.Session = ref.Agent, ref.Session
+		}
+		return l
 	}
+	// An event admission could not decide was in no stream: the session
+	// its extensions name (a request's), or its rule's agent.
+	l.Agent, l.Session = hget(h, "ce-"+events.ExtAgent), hget(h, "ce-"+events.ExtSession)
 	if l.Agent == "" && l.Rule != "" {
 		for i := range len(l.Rule) {
 			if l.Rule[i] == '/' {
