@@ -67,6 +67,12 @@ func Deduplicate(store *dedupe.Store, adm *admission.Admitter, js jetstream.JetS
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 			if seen && d.Digest != "" && ent.Digest != "" && ent.Digest != d.Digest {
+				if e.Type() == events.TypeDelegate {
+					// A delegation's id is its tool call's: the calling
+					// model reads this, and has no header to change.
+					return nil, fmt.Errorf("%w: call id %q of %s was used for another delegation (a different task or budget); delegate again in a new tool call",
+						ErrConflict, e.ID(), source)
+				}
 				return nil, fmt.Errorf("%w: id %q of %s was used for a request with a different body; use a new Idempotency-Key",
 					ErrConflict, e.ID(), source)
 			}

@@ -72,8 +72,8 @@ func TestIdempotencyKeyReusedWithAnotherBody(t *testing.T) {
 		t.Fatalf("first request: %d %s", r.status, r.raw)
 	}
 	r := post(t, url, key("k-1"), []byte(`{"text": "deploy to production"}`))
-	if r.status != http.StatusConflict || !strings.Contains(r.raw, "different body") {
-		t.Fatalf("same key, another body: %d %s, want 409", r.status, r.raw)
+	if r.status != http.StatusConflict || !strings.Contains(r.raw, "different body") || !strings.Contains(r.raw, "use a new Idempotency-Key") {
+		t.Fatalf("same key, another body: %d %s, want 409 saying to use a new Idempotency-Key", r.status, r.raw)
 	}
 	if r := post(t, url, key("k-1"), []byte(`{"text": "deploy to staging"}`)); r.status != http.StatusAccepted || r.body["duplicate"] != true {
 		t.Fatalf("same key, same body: %d %s, want a 202 duplicate", r.status, r.raw)

@@ -258,8 +258,13 @@ func TestDelegateIDUsedBeforeIsAnsweredOnce(t *testing.T) {
 	tr := e.waitStatus(t, ref, record.StatusDone)
 	checkCalls(t, tr)
 	res := delegateResults(tr)
-	if len(res) != 1 || !res[0].IsError || !strings.Contains(res[0].Result, "not started") || !strings.Contains(res[0].Result, "different body") || res[0].Attempt != 0 {
+	if len(res) != 1 || !res[0].IsError || !strings.Contains(res[0].Result, "not started") || !strings.Contains(res[0].Result, "another delegation") || res[0].Attempt != 0 {
 		t.Fatalf("the delegate call's result %+v, want the conflict, at the first attempt", res)
+	}
+	// The model is told of its tool call, not of an HTTP header it
+	// cannot set.
+	if !strings.Contains(res[0].Result, "new tool call") || strings.Contains(res[0].Result, "Idempotency-Key") {
+		t.Fatalf("the delegate call's result %q, want advice to delegate in a new tool call", res[0].Result)
 	}
 	if n := admits.Load(); n != 1 {
 		t.Fatalf("the delegate event went through admission %d times, want once", n)
