@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,8 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetloop/jetloop/cli"
+	"github.com/jetloop/jetloop/dlq"
 	"github.com/jetloop/jetloop/internal/natstest"
+	"github.com/jetloop/jetloop/streams"
 )
 
 type letterJSON struct {
@@ -173,5 +179,31 @@ func TestDLQRedrive(t *testing.T) {
 		if n != 1 || tr.Status != "done" {
 			t.Errorf("%s: %d %s entries, status %s; want the redriven event once\n%s\nletters %+v", c.ref, n, c.kind, tr.Status, out, letters(t, srv))
 		}
+	}
+}
+
+// TestDLQRedriveOfALetterWhoseSubjectNamesNoSession: `dlq redrive SEQ` of
+// a bad_subject letter exits 4 (conflict) saying why; `dlq redrive
+// --reason bad_subject` prints it as not redriven and exits 0.
+func TestDLQRedriveOfALetterWhoseSubjectNamesNoSession(t *testing.T) {
+	natsURL, _, _ := runDev(t, nil)
+	srv := []string{"--server", natsURL}
+	_, js := natstest.Connect(t, natsURL)
+	names := streams.Default()
+	m, err := dlq.New(names, dlq.BadSubject, "subject names no session", "jl.in.demo.=00", 1, nats.Header{"Ce-Id": []string{"b-1"}}, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(context.Background(), m, jetstream.WithExpectStream(names.StreamDLQ()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, nil, append([]string{"dlq", "redrive", fmt.Sprint(ack.Sequence)}, srv...)...)
+	if code != cli.ExitConflict || !strings.Contains(errs, "cannot be redriven") || !strings.Contains(errs, "names no session") {
+		t.Errorf("redrive of letter %d: exit %d: %s %s; want %d saying it cannot be redriven", ack.Sequence, code, out, errs, cli.ExitConflict)
+	}
+	code, out, errs = run(t, nil, append([]string{"dlq", "redrive", "--reason", "bad_subject"}, srv...)...)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("letter %d: not redriven: ", ack.Sequence)) || strings.Contains(out, "no letters selected") {
+		t.Errorf("redrive --reason bad_subject: exit %d: %s %s; want letter %d reported not redriven", code, out, errs, ack.Sequence)
 	}
 }
