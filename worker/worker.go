@@ -407,7 +407,7 @@ func (w *Worker) consumeStream(ctx context.Context, agent, stream string, cc jet
 				return
 			case <-cctx.Closed():
 			}
-			log.Warn("the client stopped consuming; consuming again", "consumer", cc.Durable)
+			log.Warn("consumer gone; creating it again", "consumer", cc.Durable)
 			for {
 				select {
 				case <-stop:
