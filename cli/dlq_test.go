@@ -206,4 +206,13 @@ func TestDLQRedriveOfALetterWhoseSubjectNamesNoSession(t *testing.T) {
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("letter %d: not redriven: ", ack.Sequence)) || strings.Contains(out, "no letters selected") {
 		t.Errorf("redrive --reason bad_subject: exit %d: %s %s; want letter %d reported not redriven", code, out, errs, ack.Sequence)
 	}
+	// With --json, stdout is the array of what was redriven, empty when
+	// nothing was; the letter left is said on stderr.
+	code, out, errs = run(t, nil, append([]string{"dlq", "redrive", "--reason", "bad_subject", "--json"}, srv...)...)
+	var redriven []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &redriven); code != 0 || err != nil || redriven == nil || len(redriven) != 0 ||
+		!strings.Contains(errs, fmt.Sprintf("letter %d: not redriven: ", ack.Sequence)) {
+		t.Errorf("redrive --reason bad_subject --json: exit %d: stdout %q (%v) stderr %q; want an empty array, letter %d reported not redriven on stderr",
+			code, out, err, errs, ack.Sequence)
+	}
 }

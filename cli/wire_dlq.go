@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jetloop/jetloop/api"
+	"github.com/jetloop/jetloop/dlq"
 )
 
 // dlqCommands are the verbs of dead letters.
@@ -148,15 +149,18 @@ func runDLQ(ctx context.Context, env *Env, args []string) error {
 			}
 			fmt.Fprintf(out, "letter %d: not redriven: %s\n", n.Letter, n.Why)
 		}
-		if cf.json && resp.Redriven != nil {
-			if jerr := writeJSON(env, resp.Redriven); jerr != nil {
-				return jerr
-			}
-		}
 		if err != nil {
 			return err
 		}
-		if len(resp.Redriven) == 0 && len(resp.NotRedriven) == 0 && !cf.json {
+		if cf.json {
+			// The answer leaves out an empty redriven: stdout is still
+			// the array, empty when nothing was put back.
+			if resp.Redriven == nil {
+				resp.Redriven = []dlq.Redriven{}
+			}
+			return writeJSON(env, resp.Redriven)
+		}
+		if len(resp.Redriven) == 0 && len(resp.NotRedriven) == 0 {
 			fmt.Fprintln(env.Stdout, "no letters selected")
 		}
 		return nil
