@@ -360,33 +360,27 @@ func (w *Worker) consume(ctx context.Context, agent string) (func(), error) {
 }
 
 // consumeStream creates one durable consumer and consumes it until the
-// returned func is called. It consumes with streams.Consume, not the
-// client's Consume: the client reads a stored message without data whose
-// sender set a Status header as the server's status and never hands it
-// on, so it waited for an ack for good (as many as the consumer's
-// MaxAckPending stopped its deliveries), and one with 409 Consumer
-// Deleted or 400 Bad Request stopped the agent's events or control
-// messages on every worker it reached. When consuming ends on its own
-// (the consumer is gone), the consumer is created and consumed again, a
-// second later.
+// returned func is called. The client stops consuming on its own when a
+// delivery reads as the server's word that it must (409 Consumer Deleted,
+// 400 Bad Request): a stored message without data whose sender set those
+// headers reads so, and would stop the agent's events or control
+// messages on every worker it reaches, for good. The consumer is then
+// created and consumed again, a second later.
 func (w *Worker) consumeStream(ctx context.Context, agent, stream string, cc jetstream.ConsumerConfig, ctl bool) (func(), error) {
 	cc.AckWait = w.cfg.AckWait
 	log := w.log.With("agent", agent, "stream", stream)
 	start := func() (jetstream.ConsumeContext, error) {
-		_, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
+		c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
 		if err != nil {
 			return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, stream, err)
 		}
-		// Consumed until stopped, not with ctx: the watch of the agents
-		// stops it as it returns. streams.Consume hands on every delivery,
-		// one without data whose sender set a Status header too.
-		cctx, err := streams.Consume(context.WithoutCancel(ctx), w.js, stream, cc.Durable, 64,
-			func(m jetstream.Msg) { w.dispatch(ctx, m, ctl) },
-			func(err error) {
+		cctx, err := c.Consume(func(m jetstream.Msg) { w.dispatch(ctx, m, ctl) },
+			jetstream.PullMaxMessages(64),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				if !errors.Is(err, jetstream.ErrNoHeartbeat) || ctx.Err() == nil {
 					log.Warn("consumer", "err", err)
 				}
-			})
+			}))
 		if err != nil {
 			return nil, fmt.Errorf("worker: consume %s on %s: %w", cc.Durable, stream, err)
 		}
