@@ -97,7 +97,14 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names, f Fi
 		}
 		filter = s
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, HeadersOnly: true}
+	// A consumer of its own, not the client's ordered consumer: every
+	// delivery of a headers-only read has no data, and the client's Fetch
+	// takes one with a Status header (a letter stored before its
+	// original's moved under OrigPrefix) for no responders or the end of
+	// the batch, so listing failed or stopped there. streams.Fetch hands
+	// it on.
+	cfg := jetstream.ConsumerConfig{FilterSubjects: []string{filter}, HeadersOnly: true, AckPolicy: jetstream.AckNonePolicy,
+		InactiveThreshold: 5 * time.Minute, MemoryStorage: true, Replicas: 1}
 	switch {
 	case f.From > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.From
@@ -105,43 +112,44 @@ func List(ctx context.Context, js jetstream.JetStream, names streams.Names, f Fi
 		since := f.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := js.OrderedConsumer(ctx, names.StreamDLQ(), cfg)
+	cons, err := js.CreateConsumer(ctx, names.StreamDLQ(), cfg)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)
 	}
 	defer streams.DropConsumer(ctx, js, names.StreamDLQ(), cons)
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)
-	}
-	pending := info.NumPending
+	pending := cons.CachedInfo().NumPending
 	var out []Letter
 	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)
-		}
 		got := 0
-		for m := range batch.Messages() {
+		var next uint64
+		full := false
+		err := streams.Fetch(ctx, js, names.StreamDLQ(), cons.CachedInfo().Name, int(min(pending, 256)), 2*time.Second, func(m *nats.Msg) {
 			got++
+			if full {
+				return
+			}
 			md, err := m.Metadata()
 			if err != nil {
-				continue
+				return
 			}
 			pending = md.NumPending
 			if !f.Since.IsZero() && md.Timestamp.Before(f.Since) {
-				continue
+				return
 			}
-			l := letter(names, md.Sequence.Stream, md.Timestamp, m.Subject(), m.Headers())
+			l := letter(names, md.Sequence.Stream, md.Timestamp, m.Subject, m.Header)
 			if f.Agent != "" && l.Agent != f.Agent {
-				continue
+				return
 			}
 			if len(out) == f.Limit {
-				return out, l.Seq, nil
+				full, next = true, l.Seq
+				return
 			}
 			out = append(out, l)
+		})
+		if full {
+			return out, next, nil
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		if err != nil {
 			return nil, 0, fmt.Errorf("dlq: read %s: %w", names.StreamDLQ(), err)
 		}
 		if got == 0 {

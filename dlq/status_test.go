@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +17,7 @@ import (
 // listed and shown like any letter: listed headers only, a letter
 // keeping Status: 503 read as no responders, and a 404 or 408 as the end
 // of the listing. A letter stored with one before (its Status not moved
-// aside) is still shown.
+// aside) is still shown and listed.
 func TestLettersOfInputsWithAStatus(t *testing.T) {
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s.ClientURL())
@@ -76,5 +77,42 @@ func TestLettersOfInputsWithAStatus(t *testing.T) {
 	}
 	if _, err := dlq.Get(ctx, js, names, old.Sequence+1); !errors.Is(err, dlq.ErrNotFound) {
 		t.Fatalf("show of no letter: %v, want %v", err, dlq.ErrNotFound)
+	}
+
+	// Listed too, with one stored before that ends a listing (404), and
+	// a letter after them: whole, and a page at a time.
+	m.Header.Set("Status", "404")
+	older, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, old.Sequence, older.Sequence)
+	m, err = dlq.New(names, dlq.NotCloudEvent, "not a CloudEvent", "jl.in.demo.s1", 9, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, after.Sequence)
+	for _, limit := range []int{0, 2} {
+		var seqs []uint64
+		for from := uint64(0); ; {
+			page, next, err := dlq.List(ctx, js, names, dlq.Filter{From: from, Limit: limit})
+			if err != nil {
+				t.Fatalf("list from %d, limit %d, with letters stored with a Status: %v", from, limit, err)
+			}
+			for _, l := range page {
+				seqs = append(seqs, l.Seq)
+			}
+			if next == 0 || len(seqs) > len(want) {
+				break
+			}
+			from = next
+		}
+		if fmt.Sprint(seqs) != fmt.Sprint(want) {
+			t.Fatalf("listed by %d: %v, want %v", limit, seqs, want)
+		}
 	}
 }
